@@ -1,0 +1,46 @@
+# The two commands a newcomer runs: `make up` (playground) and `make test` (everything).
+# Each does its own setup: Python env, binaries (built from the Go module proxy), services.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: up down test unit bins env lint clean help
+
+help:
+	@echo "make up      start etcd + vc-apiserver on loopback, write .local/kubeconfig"
+	@echo "make down    stop what make up started"
+	@echo "make test    build everything needed and run the whole test suite"
+	@echo "make bins    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok"
+	@echo "make lint    ruff"
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+env: $(STAMP)
+
+bins:
+	bash hack/build-bins.sh
+
+up: env bins
+	$(PY) -m hack.playground up
+
+down: env
+	$(PY) -m hack.playground down
+
+lint: env
+	$(VENV)/bin/ruff check apiserver reconciler certs hack tests
+
+test: env bins lint
+	$(PY) -m pytest -p no:cacheprovider -q --durations=15 tests
+
+unit: env
+	$(PY) -m pytest -q tests/unit
+
+clean: down
+	rm -rf .local/data .local/run .local/log

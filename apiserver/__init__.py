@@ -1,0 +1,3 @@
+"""vc-apiserver: the VirtualCluster aggregated API server."""
+
+__version__ = "0.1.0"

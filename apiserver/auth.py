@@ -1,0 +1,156 @@
+"""Authentication and authorization.
+
+Authenticators turn a request into a :class:`UserInfo` (or None: not mine to say);
+authorizers answer for :class:`Attributes` derived like kube's RequestInfo. The
+standalone set is here (client certificates, a static token file, system:masters);
+delegation to a host cluster plugs into the same two protocols.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+SYSTEM_MASTERS = "system:masters"
+AUTHENTICATED = "system:authenticated"
+UNAUTHENTICATED = "system:unauthenticated"
+ANONYMOUS = "system:anonymous"
+HEALTH_PATHS = ("/healthz", "/livez", "/readyz")
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def with_authenticated(self) -> UserInfo:
+        if AUTHENTICATED in self.groups or self.name == ANONYMOUS:
+            return self
+        return UserInfo(self.name, (*self.groups, AUTHENTICATED), self.uid, self.extra)
+
+
+ANONYMOUS_USER = UserInfo(ANONYMOUS, (UNAUTHENTICATED,))
+
+
+@dataclass(frozen=True)
+class Attributes:
+    """What a request does, as kube's authorizer sees it."""
+
+    verb: str
+    path: str
+    resource_request: bool = False
+    namespace: str = ""
+    group: str = ""
+    version: str = ""
+    resource: str = ""
+    subresource: str = ""
+    name: str = ""
+
+    def describe_resource(self) -> str:
+        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+
+
+def is_health_path(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in HEALTH_PATHS)
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, request: web.Request) -> UserInfo | None: ...
+
+
+class Authorizer(Protocol):
+    async def authorize(self, user: UserInfo, attrs: Attributes) -> tuple[bool, str]: ...
+
+
+# -- authenticators --------------------------------------------------------------------
+
+def _peer_subject(request: web.Request) -> dict[str, list[str]] | None:
+    """The verified client certificate's subject (Python only exposes verified certs)."""
+    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+    if ssl_object is None:
+        return None
+    cert = ssl_object.getpeercert()
+    if not cert:
+        return None
+    subject: dict[str, list[str]] = {}
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            subject.setdefault(key, []).append(value)
+    return subject
+
+
+class ClientCertAuthenticator:
+    """User = CN, groups = O of a certificate that chained to the client CA during the handshake."""
+
+    async def authenticate(self, request: web.Request) -> UserInfo | None:
+        subject = _peer_subject(request)
+        if not subject or not subject.get("commonName"):
+            return None
+        return UserInfo(subject["commonName"][0], tuple(subject.get("organizationName", [])))
+
+
+class TokenFileAuthenticator:
+    """kube's static token file: ``token,user,uid,"group1,group2"`` per line."""
+
+    def __init__(self, path: str) -> None:
+        self.tokens: dict[str, UserInfo] = {}
+        with open(path, newline="") as f:
+            for row in csv.reader(f):
+                if len(row) < 3 or row[0].startswith("#"):
+                    continue
+                groups = tuple(g.strip() for g in row[3].split(",") if g.strip()) if len(row) > 3 else ()
+                self.tokens[row[0].strip()] = UserInfo(row[1].strip(), groups, row[2].strip())
+
+    async def authenticate(self, request: web.Request) -> UserInfo | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        return self.tokens.get(token.strip())
+
+
+class UnionAuthenticator:
+    def __init__(self, authenticators: Sequence[Authenticator]) -> None:
+        self.authenticators = list(authenticators)
+
+    async def authenticate(self, request: web.Request) -> UserInfo | None:
+        for authenticator in self.authenticators:
+            user = await authenticator.authenticate(request)
+            if user is not None:
+                return user.with_authenticated()
+        return None
+
+
+# -- authorizers -----------------------------------------------------------------------
+
+class AlwaysAllowAuthorizer:
+    async def authorize(self, user: UserInfo, attrs: Attributes) -> tuple[bool, str]:
+        return True, ""
+
+
+class PrivilegedGroupAuthorizer:
+    """Standalone mode: system:masters may do everything, everyone else nothing."""
+
+    async def authorize(self, user: UserInfo, attrs: Attributes) -> tuple[bool, str]:
+        return SYSTEM_MASTERS in user.groups, ""
+
+
+def forbidden_message(user: UserInfo, attrs: Attributes, reason: str = "") -> str:
+    """kube's 403 wording."""
+    if attrs.resource_request:
+        what = f'User "{user.name}" cannot {attrs.verb} resource "{attrs.describe_resource()}" in API group ' \
+               f'"{attrs.group}"'
+        where = f' in the namespace "{attrs.namespace}"' if attrs.namespace else " at the cluster scope"
+        message = what + where
+    else:
+        message = f'User "{user.name}" cannot {attrs.verb} path "{attrs.path}"'
+    return f"{message}: {reason}" if reason else message

@@ -1,0 +1,44 @@
+"""What the server serves: group, version, resource names, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    group: str
+    version: str
+    resource: str
+    kind: str
+    list_kind: str
+    singular: str
+    short_names: tuple[str, ...]
+    categories: tuple[str, ...]
+    verbs: tuple[str, ...]
+    subresources: dict[str, tuple[str, ...]]
+    namespaced: bool = True
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.resource}.{self.group}"
+
+
+VIRTUALCLUSTERS = ResourceInfo(
+    group="kosmos.io",
+    version="v1alpha1",
+    resource="virtualclusters",
+    kind="VirtualCluster",
+    list_kind="VirtualClusterList",
+    singular="virtualcluster",
+    short_names=("vc",),
+    categories=("kosmos",),
+    verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"),
+    subresources={"status": ("get", "patch", "update"), "kubeconfig": ("get",)},
+)
+
+FINALIZER = "kosmos.io/virtualcluster"

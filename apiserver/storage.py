@@ -1,0 +1,191 @@
+"""Generic storage of namespaced objects in etcd, with optimistic concurrency.
+
+Create is a txn on ``create_revision == 0``; update and delete are txns on
+``mod_revision == resourceVersion``. Reads that must be current (get, updates) go to
+etcd; list and watch are served by the :class:`~apiserver.watchcache.WatchCache`.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from . import errors
+from .etcd import (
+    EtcdClient,
+    EtcdCompacted,
+    EtcdError,
+    EtcdUnavailable,
+    compare_absent,
+    compare_mod_revision,
+    op_delete,
+    op_put,
+    prefix_end,
+)
+from .keys import KeyLayout
+from .resource import ResourceInfo
+from .watchcache import Entry, WatchCache, decode_entry
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+UpdateFn = Callable[[Obj], Awaitable[Obj | None]]
+
+MAX_CONFLICT_RETRIES = 16
+
+
+def encode(obj: Obj) -> bytes:
+    """The stored form: the object without resourceVersion (that is etcd's revision)."""
+    meta = obj.get("metadata", {})
+    if "resourceVersion" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+    return orjson.dumps(obj)
+
+
+def storage_error(e: EtcdError) -> errors.ApiError:
+    """How an etcd failure reaches a client."""
+    if isinstance(e, EtcdUnavailable):
+        return errors.service_unavailable(f"storage is unavailable: {e.message}")
+    if isinstance(e, EtcdCompacted):
+        return errors.gone(f"The resourceVersion for the provided list is too old: {e.message}")
+    if "database space exceeded" in e.message:
+        return errors.ApiError(507, "InsufficientStorage", f"etcd refused the write: {e.message}")
+    return errors.internal(f"etcd: {e.message}")
+
+
+class Store:
+    """Objects of one resource: etcd for writes and current reads, the cache for lists."""
+
+    def __init__(self, etcd: EtcdClient, info: ResourceInfo, cache: WatchCache | None = None) -> None:
+        self.etcd = etcd
+        self.info = info
+        self.layout = KeyLayout(info.group, info.resource)
+        self.cache = cache or WatchCache(etcd, self.layout)
+
+    def _not_found(self, name: str) -> errors.ApiError:
+        return errors.not_found(self.info.resource, self.info.group, name)
+
+    def _conflict(self, name: str, detail: str = errors.CONFLICT_MODIFIED) -> errors.ApiError:
+        return errors.conflict(self.info.resource, self.info.group, name, detail)
+
+    async def get(self, namespace: str, name: str) -> Obj:
+        try:
+            kv = await self.etcd.get(self.layout.key(namespace, name))
+        except EtcdError as e:
+            raise storage_error(e) from e
+        if kv is None:
+            raise self._not_found(name)
+        entry = decode_entry(self.layout, kv)
+        assert entry is not None
+        return entry.obj
+
+    async def create(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        key = self.layout.key(meta["namespace"], meta["name"])
+        try:
+            result = await self.etcd.txn([compare_absent(key)], [op_put(key, encode(obj))])
+        except EtcdError as e:
+            raise storage_error(e) from e
+        if not result.succeeded:
+            raise errors.already_exists(self.info.resource, self.info.group, meta["name"])
+        return _with_rv(obj, result.revision)
+
+    async def guaranteed_update(self, namespace: str, name: str, update: UpdateFn,
+                                expected_rv: str | None = None) -> tuple[Obj, Obj]:
+        """Read-modify-write until it lands; returns (old, new).
+
+        ``update`` gets a private copy of the current object and returns the new one,
+        or None for "nothing to change". With ``expected_rv`` a mismatch is a 409
+        instead of a retry. An object whose deletionTimestamp is set and whose last
+        finalizer the update removes is deleted, as in kube.
+        """
+        key = self.layout.key(namespace, name)
+        for _ in range(MAX_CONFLICT_RETRIES):
+            try:
+                kv = await self.etcd.get(key)
+            except EtcdError as e:
+                raise storage_error(e) from e
+            if kv is None:
+                raise self._not_found(name)
+            current = decode_entry(self.layout, kv)
+            assert current is not None
+            if expected_rv is not None and expected_rv != str(kv.mod_revision):
+                raise self._conflict(name)
+            new = await update(copy.deepcopy(current.obj))
+            if new is None or _same(new, current.obj):
+                return current.obj, current.obj
+            meta = new["metadata"]
+            try:
+                if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                    result = await self.etcd.txn([compare_mod_revision(key, kv.mod_revision)], [op_delete(key)])
+                else:
+                    result = await self.etcd.txn([compare_mod_revision(key, kv.mod_revision)],
+                                                 [op_put(key, encode(new))])
+            except EtcdError as e:
+                raise storage_error(e) from e
+            if result.succeeded:
+                return current.obj, _with_rv(new, result.revision)
+            if expected_rv is not None:
+                raise self._conflict(name)
+        raise self._conflict(name, "too many concurrent updates; please try again")
+
+    async def delete(self, namespace: str, name: str, precondition: Callable[[Obj], None] | None = None,
+                     expected_rv: str | None = None) -> Obj:
+        """Remove the key now; ``precondition`` may raise to refuse. Returns the last state."""
+        key = self.layout.key(namespace, name)
+        for _ in range(MAX_CONFLICT_RETRIES):
+            try:
+                kv = await self.etcd.get(key)
+            except EtcdError as e:
+                raise storage_error(e) from e
+            if kv is None:
+                raise self._not_found(name)
+            if expected_rv is not None and expected_rv != str(kv.mod_revision):
+                raise self._conflict(name)
+            current = decode_entry(self.layout, kv)
+            assert current is not None
+            if precondition is not None:
+                precondition(current.obj)
+            try:
+                result = await self.etcd.txn([compare_mod_revision(key, kv.mod_revision)], [op_delete(key)])
+            except EtcdError as e:
+                raise storage_error(e) from e
+            if result.succeeded:
+                return _with_rv(current.obj, result.revision)
+        raise self._conflict(name, "too many concurrent updates; please try again")
+
+    async def list_snapshot(self, namespace: str | None, revision: int, after_key: str | None,
+                            limit: int) -> tuple[list[Entry], bool, int]:
+        """One page of keys at ``revision`` from etcd (continuation of a paged list).
+
+        Returns (entries, more, revision); the page may be filtered further by the caller.
+        """
+        prefix = self.layout.namespace_prefix(namespace)
+        start = (after_key + "\0") if after_key else prefix
+        try:
+            result = await self.etcd.range(start, prefix_end(prefix), limit=limit, revision=revision)
+        except EtcdCompacted as e:
+            raise errors.gone(
+                "The provided continue parameter is too old to display a consistent list result. "
+                "You can start a new list without the continue parameter.") from e
+        except EtcdError as e:
+            raise storage_error(e) from e
+        entries = [e for kv in result.kvs if (e := decode_entry(self.layout, kv)) is not None]
+        for entry in entries:
+            entry.obj["metadata"]["resourceVersion"] = str(entry.rv)
+        return entries, result.more, revision or result.revision
+
+
+def _with_rv(obj: Obj, revision: int) -> Obj:
+    out = dict(obj)
+    out["metadata"] = {**obj.get("metadata", {}), "resourceVersion": str(revision)}
+    return out
+
+
+def _same(a: Obj, b: Obj) -> bool:
+    """Equal ignoring resourceVersion: a no-op write must not bump the revision."""
+    return encode(a) == encode(b)

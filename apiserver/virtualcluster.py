@@ -1,0 +1,122 @@
+"""The VirtualCluster strategy: the rules particular to this resource (API.md)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from . import schema
+from .errors import FIELD_VALUE_INVALID, Cause
+from .resource import FINALIZER, VIRTUALCLUSTERS
+from .wire import Column, age
+
+Obj = dict[str, Any]
+
+IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps")
+
+
+def condition(obj: Obj, type_: str) -> dict[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == type_:
+            return cond
+    return None
+
+
+def desired_nodes(obj: Obj) -> int:
+    """How many nodes the spec asks for, as far as the spec alone can tell."""
+    spec = obj.get("spec") or {}
+    count = sum(int(p.get("nodeCount") or 0) for p in spec.get("promotePolicies") or [])
+    resources = spec.get("promoteResources") or {}
+    named = set(resources.get("nodes") or []) | {i.get("nodeName") for i in resources.get("nodeInfos") or []}
+    count += len(named)
+    claimed = len((obj.get("status") or {}).get("nodes") or [])
+    return max(count, claimed)
+
+
+def ready_nodes(obj: Obj) -> int:
+    return sum(1 for n in (obj.get("status") or {}).get("nodes") or [] if n.get("phase") == "Ready")
+
+
+class VirtualClusterStrategy:
+    info = VIRTUALCLUSTERS
+    columns = (
+        Column("Name", "string", "Name must be unique within a namespace.", format="name"),
+        Column("Phase", "string", "Lifecycle phase of the virtual cluster."),
+        Column("Ready", "string", "Status of the Ready condition."),
+        Column("Nodes", "string", "Promoted nodes that are ready, out of those desired."),
+        Column("Age", "date", "Time since the object was created."),
+        Column("Endpoint", "string", "URL of the tenant kube-apiserver.", priority=1),
+    )
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj.pop("status", None)
+        obj.setdefault("spec", {})
+        meta = obj["metadata"]
+        meta["generation"] = 1
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER not in finalizers:
+            finalizers.append(FINALIZER)
+        meta["finalizers"] = finalizers
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        if "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+        else:
+            new.pop("status", None)
+        new.setdefault("spec", {})
+        generation = int(old["metadata"].get("generation", 1))
+        if new.get("spec") != old.get("spec"):
+            generation += 1
+        new["metadata"]["generation"] = generation
+
+    def prepare_for_status_update(self, new: Obj, old: Obj) -> Obj:
+        out = copy.deepcopy(old)
+        out["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion")
+        if new.get("status") is None:
+            out.pop("status", None)
+        else:
+            out["status"] = new["status"]
+        return out
+
+    def validate(self, obj: Obj) -> list[Cause]:
+        return schema.validate_spec(obj.get("spec")) + schema.validate_status(obj.get("status"))
+
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        causes = self.validate(new)
+        new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        for name in IMMUTABLE_SPEC_FIELDS:
+            if new_spec.get(name) != old_spec.get(name):
+                causes.append(Cause(FIELD_VALUE_INVALID,
+                                    f"Invalid value: {_go_repr(new_spec.get(name))}: field is immutable",
+                                    f"spec.{name}"))
+        return causes
+
+    def validate_status(self, obj: Obj) -> list[Cause]:
+        return schema.validate_status(obj.get("status"))
+
+    def unknown_fields(self, obj: Obj) -> list[str]:
+        return schema.unknown_fields(obj)
+
+    def prune(self, obj: Obj) -> None:
+        schema.prune_unknown_fields(obj)
+
+    def cells(self, obj: Obj) -> list[Any]:
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        ready = condition(obj, "Ready")
+        return [
+            meta.get("name", ""),
+            status.get("phase", ""),
+            ready.get("status", "") if ready else "",
+            f"{ready_nodes(obj)}/{desired_nodes(obj)}",
+            age(meta.get("creationTimestamp")),
+            status.get("controlPlaneEndpoint", ""),
+        ]
+
+
+def _go_repr(value: Any) -> str:
+    if value is None:
+        return '""'
+    if isinstance(value, str):
+        return f'"{value}"'
+    return "[]string{" + ", ".join(f'"{v}"' for v in value) + "}"

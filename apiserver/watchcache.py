@@ -1,0 +1,370 @@
+"""The watch cache: one etcd watch feeds an in-memory copy that serves list and watch.
+
+The cache watches the whole ``/registry/`` prefix (everything this server writes), so
+its revision tracks etcd's current revision and a consistent list only has to wait
+until the cache has caught up with the revision etcd reports. Events are kept in a
+bounded history so clients can resume a watch from a recent resourceVersion; older
+ones get 410 Expired, as from kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from . import errors
+from .etcd import EtcdClient, EtcdCompacted, EtcdError, EtcdUnavailable, KeyValue, prefix_end
+from .keys import ROOT, KeyLayout
+
+log = logging.getLogger(__name__)
+
+ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
+
+
+@dataclass(slots=True)
+class Entry:
+    """One stored object as the cache holds it; ``obj`` is never mutated after creation."""
+
+    key: str
+    namespace: str
+    name: str
+    rv: int
+    obj: dict[str, Any]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.obj.get("metadata", {}).get("labels") or {}
+
+
+@dataclass(slots=True)
+class Event:
+    type: str
+    rv: int
+    entry: Entry | None  # the new state, or the last state for DELETED; None for BOOKMARK
+    prev: Entry | None = None
+
+
+Predicate = Callable[[Entry], bool]
+
+
+def match_all(_: Entry) -> bool:
+    return True
+
+
+def decode_entry(layout: KeyLayout, kv: KeyValue, rv: int | None = None) -> Entry | None:
+    """Decode a stored value; resourceVersion is always etcd's revision, never stored."""
+    where = layout.split(kv.key)
+    if where is None:
+        return None
+    obj = orjson.loads(kv.value)
+    revision = rv if rv is not None else kv.mod_revision
+    obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
+    return Entry(kv.key.decode(), where[0], where[1], revision, obj)
+
+
+@dataclass(eq=False)
+class Watcher:
+    """A client's watch: filtered events queued in order, bounded so a slow reader is cut off."""
+
+    namespace: str | None
+    predicate: Predicate
+    bookmarks: bool
+    capacity: int
+    queue: asyncio.Queue[Event | None] = field(init=False)
+    closed_reason: str = ""
+    next_bookmark: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.queue = asyncio.Queue()
+
+    def _matches(self, entry: Entry | None) -> bool:
+        if entry is None:
+            return False
+        if self.namespace is not None and entry.namespace != self.namespace:
+            return False
+        return self.predicate(entry)
+
+    def translate(self, event: Event) -> Event | None:
+        """What this watcher sees of an event, with kube's filter transitions."""
+        if event.type == BOOKMARK:
+            return event
+        now = event.type != DELETED and self._matches(event.entry)
+        before = self._matches(event.prev) if event.type != DELETED else self._matches(event.entry)
+        if event.type == DELETED:
+            return event if before else None
+        if now and before:
+            return Event(MODIFIED, event.rv, event.entry, event.prev)
+        if now:
+            return Event(ADDED, event.rv, event.entry, event.prev)
+        if before:
+            return Event(DELETED, event.rv, event.entry, event.prev)
+        return None
+
+    def offer(self, event: Event) -> None:
+        if self.closed_reason:
+            return
+        seen = self.translate(event)
+        if seen is None:
+            return
+        if self.queue.qsize() >= self.capacity:
+            self.close("the watcher fell too far behind")
+            return
+        self.queue.put_nowait(seen)
+
+    def close(self, reason: str) -> None:
+        if not self.closed_reason:
+            self.closed_reason = reason
+            self.queue.put_nowait(None)
+
+
+class WatchCache:
+    """In-memory state of one resource, kept current by a single etcd watch."""
+
+    def __init__(self, etcd: EtcdClient, layout: KeyLayout, *, history_size: int = 10_000,
+                 watcher_capacity: int = 1_000, bookmark_interval: float = 60.0,
+                 freshness_timeout: float = 3.0) -> None:
+        self.etcd = etcd
+        self.layout = layout
+        self.history_size = history_size
+        self.watcher_capacity = watcher_capacity
+        self.bookmark_interval = bookmark_interval
+        self.freshness_timeout = freshness_timeout
+        self.rv = 0
+        self._items: dict[str, Entry] = {}
+        self._sorted: list[str] | None = None
+        self._history: deque[Event] = deque()
+        self._history_start = 0  # every event with rv > this is in history
+        self._watchers: set[Watcher] = set()
+        self._advanced = asyncio.Condition()
+        self._ready = asyncio.Event()
+        self._connected = False
+        self._task: asyncio.Task[None] | None = None
+        self._bookmark_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"watchcache:{self.layout.resource}")
+        self._bookmark_task = asyncio.create_task(self._bookmarks(), name="watchcache:bookmarks")
+
+    async def stop(self) -> None:
+        for task in (self._task, self._bookmark_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        for watcher in list(self._watchers):
+            watcher.close("the server is shutting down")
+        self._watchers.clear()
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    @property
+    def watcher_count(self) -> int:
+        return len(self._watchers)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._relist()
+                    need_list = False
+                async for resp in self.etcd.watch(ROOT, prefix_end(ROOT), start_revision=self.rv + 1):
+                    self._connected = True
+                    backoff = 0.1
+                    if resp.canceled:
+                        if resp.compact_revision:
+                            raise EtcdCompacted(resp.cancel_reason or "watch compacted", resp.compact_revision)
+                        raise EtcdUnavailable(f"etcd canceled the watch: {resp.cancel_reason}")
+                    if resp.created:
+                        continue  # its header revision may be ahead of events still to come
+                    await self._apply(resp.revision, resp.events)
+                raise EtcdUnavailable("etcd closed the watch stream")
+            except asyncio.CancelledError:
+                raise
+            except EtcdCompacted as e:
+                log.warning("watch cache fell behind compaction (%s); relisting", e)
+                need_list = True
+            except EtcdError as e:
+                log.warning("etcd watch interrupted: %s; retrying in %.1fs", e, backoff)
+            except Exception:  # keep the cache alive whatever goes wrong; the log has the cause
+                log.exception("watch cache loop failed; retrying")
+                need_list = True
+            self._connected = False
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    async def _relist(self) -> None:
+        """Replace the cache from a fresh etcd list; watchers cannot bridge the gap and are closed."""
+        result = await self.etcd.range(self.layout.prefix, prefix_end(self.layout.prefix))
+        items: dict[str, Entry] = {}
+        for kv in result.kvs:
+            entry = decode_entry(self.layout, kv)
+            if entry is not None:
+                items[entry.key] = entry
+        had_state = self._ready.is_set()
+        self._items = items
+        self._sorted = None
+        self._history.clear()
+        self._history_start = result.revision
+        if had_state:
+            for watcher in list(self._watchers):
+                watcher.close("the watch cache was re-initialized")
+            self._watchers.clear()
+        async with self._advanced:
+            self.rv = result.revision
+            self._advanced.notify_all()
+        self._connected = True
+        self._ready.set()
+        log.info("watch cache for %s listed %d objects at revision %d",
+                 self.layout.resource, len(items), result.revision)
+
+    async def _apply(self, revision: int, events: Iterable[Any]) -> None:
+        for ev in events:
+            if not self.layout.owns(ev.kv.key):
+                continue
+            rv = ev.kv.mod_revision
+            key = ev.kv.key.decode()
+            prev = self._items.get(key)
+            if ev.type == "DELETE":
+                if prev is None:
+                    continue
+                gone = Entry(prev.key, prev.namespace, prev.name, rv, _with_rv(prev.obj, rv))
+                del self._items[key]
+                self._sorted = None
+                self._publish(Event(DELETED, rv, gone, prev))
+            else:
+                entry = decode_entry(self.layout, ev.kv)
+                if entry is None:
+                    continue
+                self._items[key] = entry
+                if prev is None:
+                    self._sorted = None
+                self._publish(Event(MODIFIED if prev else ADDED, rv, entry, prev))
+        if revision > self.rv:
+            async with self._advanced:
+                self.rv = revision
+                self._advanced.notify_all()
+
+    def _publish(self, event: Event) -> None:
+        self._history.append(event)
+        while len(self._history) > self.history_size:
+            dropped = self._history.popleft()
+            self._history_start = dropped.rv
+        for watcher in list(self._watchers):
+            watcher.offer(event)
+            if watcher.closed_reason:
+                self._watchers.discard(watcher)
+
+    async def _bookmarks(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for watcher in list(self._watchers):
+                if watcher.bookmarks and now >= watcher.next_bookmark:
+                    watcher.next_bookmark = now + self.bookmark_interval
+                    watcher.offer(Event(BOOKMARK, self.rv, None))
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def wait_fresh(self, rv: int) -> None:
+        """Wait until the cache has seen revision ``rv``; 504 like kube when it does not in time."""
+        if self.rv >= rv:
+            return
+        async with self._advanced:
+            try:
+                await asyncio.wait_for(self._advanced.wait_for(lambda: self.rv >= rv), self.freshness_timeout)
+            except TimeoutError:
+                raise errors.ApiError(
+                    504, "Timeout", f"Too large resource version: {rv}, current: {self.rv}",
+                    causes=[errors.Cause("ResourceVersionTooLarge", "Too large resource version")],
+                    retry_after=1) from None
+
+    async def wait_consistent(self) -> int:
+        """Wait until the cache holds everything etcd has committed; returns that revision."""
+        current = (await self.etcd.range(self.layout.prefix, limit=1, keys_only=True)).revision
+        await self.wait_fresh(current)
+        return current
+
+    def sorted_entries(self, namespace: str | None = None, after_key: str | None = None) -> Iterable[Entry]:
+        """Entries in key order, optionally within one namespace and strictly after a key."""
+        if self._sorted is None:
+            self._sorted = sorted(self._items)
+        keys = self._sorted
+        prefix = self.layout.namespace_prefix(namespace)
+        start = bisect.bisect_left(keys, prefix)
+        if after_key is not None and after_key >= prefix:
+            start = bisect.bisect_right(keys, after_key)
+        items = self._items
+        for i in range(start, len(keys)):
+            key = keys[i]
+            if not key.startswith(prefix):
+                break
+            entry = items.get(key)
+            if entry is not None:
+                yield entry
+
+    def get(self, namespace: str, name: str) -> Entry | None:
+        return self._items.get(self.layout.key(namespace, name))
+
+    # -- watch -----------------------------------------------------------------------
+
+    def watch_from(self, rv: int, namespace: str | None, predicate: Predicate,
+                   bookmarks: bool) -> tuple[Watcher, list[Event]]:
+        """Register a watcher resuming after ``rv``; the returned backlog comes first."""
+        if rv < self._history_start:
+            raise errors.gone(f"too old resource version: {rv} ({self._history_start})")
+        watcher = self._new_watcher(namespace, predicate, bookmarks)
+        backlog: list[Event] = []
+        index = bisect.bisect_right([e.rv for e in self._history], rv) if self._history else 0
+        for i in range(index, len(self._history)):
+            seen = watcher.translate(self._history[i])
+            if seen is not None:
+                backlog.append(seen)
+        return watcher, backlog
+
+    def watch_with_state(self, namespace: str | None, predicate: Predicate,
+                         bookmarks: bool) -> tuple[Watcher, list[Event], int]:
+        """Register a watcher that first gets ADDED for every matching object now cached."""
+        watcher = self._new_watcher(namespace, predicate, bookmarks)
+        backlog = [Event(ADDED, e.rv, e) for e in self.sorted_entries(namespace) if predicate(e)]
+        return watcher, backlog, self.rv
+
+    def _new_watcher(self, namespace: str | None, predicate: Predicate, bookmarks: bool) -> Watcher:
+        watcher = Watcher(namespace, predicate, bookmarks, self.watcher_capacity)
+        watcher.next_bookmark = time.monotonic() + self.bookmark_interval
+        self._watchers.add(watcher)
+        return watcher
+
+    def stop_watching(self, watcher: Watcher) -> None:
+        self._watchers.discard(watcher)
+        watcher.closed_reason = watcher.closed_reason or "stopped"
+
+
+def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
+    out = dict(obj)
+    out["metadata"] = {**obj.get("metadata", {}), "resourceVersion": str(rv)}
+    return out

@@ -1,0 +1,85 @@
+"""Wires the embedded loop into the server: leader election → informer → queue → workers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+
+from aiohttp import web
+
+from apiserver import errors
+from apiserver.app import ServerState
+
+from .informer import Informer, split_key
+from .leader import LeaderElector
+from .lifecycle import LifecycleController
+from .workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+
+class Manager:
+    def __init__(self, state: ServerState, identity: str, lease_duration: int, workers: int = 4,
+                 resync_period: float = 300.0) -> None:
+        self.state = state
+        self.workers = workers
+        self.resync_period = resync_period
+        self.controller = LifecycleController(state.registry)
+        self.elector = LeaderElector(state.etcd, "reconciler", identity, lease_duration)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.elector.run(self._lead), name="reconciler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.elector.release()
+
+    async def _lead(self) -> None:
+        """Run while leader; cancelled the moment leadership is lost."""
+        queue = WorkQueue()
+        informer = Informer(self.state.store.cache, queue.add, self.resync_period)
+        tasks = [asyncio.create_task(informer.run(), name="informer")]
+        tasks += [asyncio.create_task(self._worker(queue), name=f"worker-{i}") for i in range(self.workers)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await queue.shutdown()
+
+    async def _worker(self, queue: WorkQueue) -> None:
+        while (key := await queue.get()) is not None:
+            try:
+                await self.controller.reconcile(*split_key(key))
+                queue.forget(key)
+            except errors.ApiError as e:
+                delay = queue.add_rate_limited(key)
+                level = logging.DEBUG if e.code == 409 else logging.WARNING
+                log.log(level, "reconcile %s: %s; retrying in %.2fs", key, e, delay)
+            except Exception:
+                delay = queue.add_rate_limited(key)
+                log.exception("reconcile %s failed; retrying in %.2fs", key, delay)
+            finally:
+                queue.done(key)
+
+
+def attach(app: web.Application, state: ServerState, lease_duration: int = 15, identity: str = "") -> Manager:
+    manager = Manager(state, identity or f"{socket.gethostname()}:{os.getpid()}", lease_duration)
+
+    async def on_startup(_: web.Application) -> None:
+        await manager.start()
+
+    async def on_cleanup(_: web.Application) -> None:
+        await manager.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.insert(0, on_cleanup)
+    return manager
