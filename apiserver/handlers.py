@@ -131,6 +131,7 @@ class ResourceHandlers:
         opts = write_options(request)
         list_opts = parse_list_options(dict(request.rel_url.query))
         options = await self._delete_options(request)
+        opts.dry_run = opts.dry_run or bool(options.get("dryRun"))
         items = await self.registry.delete_collection(namespace, list_opts, options, opts)
         body = {"kind": self.info.list_kind, "apiVersion": self.info.group_version, "metadata": {},
                 "items": items}
@@ -164,6 +165,7 @@ class ResourceHandlers:
         target = wire.negotiate(request.headers.get("Accept"), allow_as=False)
         opts = write_options(request)
         options = await self._delete_options(request)
+        opts.dry_run = opts.dry_run or bool(options.get("dryRun"))
         obj, removed = await self.registry.delete(request.match_info["namespace"], request.match_info["name"],
                                                   options, opts)
         if removed:
