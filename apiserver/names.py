@@ -12,12 +12,14 @@ prefixes the field for the top-level message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from apiserver.errors import (
+    FIELD_VALUE_DUPLICATE,
     FIELD_VALUE_FORBIDDEN,
     FIELD_VALUE_INVALID,
+    FIELD_VALUE_NOT_SUPPORTED,
     FIELD_VALUE_REQUIRED,
     FIELD_VALUE_TOO_LONG,
     FIELD_VALUE_TYPE_INVALID,
@@ -33,6 +35,7 @@ from apiserver.selectors import (
     DNS1123_SUBDOMAIN_RE,
     byte_len,
     go_bad_value,
+    go_quote,
     label_key_errors,
     label_value_errors,
     max_len_error,
@@ -45,6 +48,7 @@ DNS1123_LABEL_ERR = ("a lowercase RFC 1123 label must consist of lower case alph
 TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 FINALIZER_ORPHAN = "orphan"
 FINALIZER_FOREGROUND = "foregroundDeletion"
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")  # metav1.LabelSelectorOperator
 
 # ``ValidateNameFunc``: (name, is_generate_name_prefix) -> messages.
 NameRule = Callable[[str, bool], list[str]]
@@ -100,30 +104,56 @@ validate_namespace_name: NameRule = name_is_dns_label
 
 # --- field.Error equivalents, rendered as causes --------------------------------------------
 
+OMIT_VALUE = object()  # ``field.omitValue``: the body names the error type but shows no value.
+_ERROR_TYPE_TEXT = {FIELD_VALUE_REQUIRED: "Required value", FIELD_VALUE_FORBIDDEN: "Forbidden",
+                    FIELD_VALUE_TOO_LONG: "Too long", FIELD_VALUE_INVALID: "Invalid value",
+                    FIELD_VALUE_TYPE_INVALID: "Invalid value", FIELD_VALUE_NOT_SUPPORTED: "Unsupported value",
+                    FIELD_VALUE_DUPLICATE: "Duplicate value"}
+_VALUELESS_TYPES = (FIELD_VALUE_REQUIRED, FIELD_VALUE_FORBIDDEN, FIELD_VALUE_TOO_LONG)
+
+
+def field_error(type_: str, field: str, value: Any = OMIT_VALUE, detail: str = "") -> Cause:
+    """A ``field.Error`` as a cause whose message is its ``ErrorBody()``."""
+    body = _ERROR_TYPE_TEXT[type_]
+    if type_ not in _VALUELESS_TYPES and value is not OMIT_VALUE:
+        body += f": {go_bad_value(value)}"
+    return Cause(type_, f"{body}: {detail}" if detail else body, field)
+
 
 def invalid_value(field: str, value: Any, detail: str) -> Cause:
     """``field.Invalid``."""
-    return Cause(FIELD_VALUE_INVALID, f"Invalid value: {go_bad_value(value)}: {detail}", field)
+    return field_error(FIELD_VALUE_INVALID, field, value, detail)
 
 
 def required_value(field: str, detail: str = "") -> Cause:
     """``field.Required``."""
-    return Cause(FIELD_VALUE_REQUIRED, "Required value" + (f": {detail}" if detail else ""), field)
+    return field_error(FIELD_VALUE_REQUIRED, field, detail=detail)
 
 
 def forbidden_value(field: str, detail: str) -> Cause:
     """``field.Forbidden``."""
-    return Cause(FIELD_VALUE_FORBIDDEN, "Forbidden" + (f": {detail}" if detail else ""), field)
+    return field_error(FIELD_VALUE_FORBIDDEN, field, detail=detail)
+
+
+def not_supported_value(field: str, value: Any, supported: Sequence[str]) -> Cause:
+    """``field.NotSupported``, listing the accepted values quoted as ``strconv.Quote`` does."""
+    detail = "supported values: " + ", ".join(go_quote(str(v)) for v in supported) if supported else ""
+    return field_error(FIELD_VALUE_NOT_SUPPORTED, field, value, detail)
+
+
+def duplicate_value(field: str, value: Any) -> Cause:
+    """``field.Duplicate``."""
+    return field_error(FIELD_VALUE_DUPLICATE, field, value)
 
 
 def too_long_value(field: str, max_bytes: int) -> Cause:
     """``field.TooLong`` (the value itself is never echoed)."""
     unit = "byte" if max_bytes == 1 else "bytes"
-    return Cause(FIELD_VALUE_TOO_LONG, f"Too long: may not be more than {max_bytes} {unit}", field)
+    return field_error(FIELD_VALUE_TOO_LONG, field, detail=f"may not be more than {max_bytes} {unit}")
 
 
 def _type_invalid(field: str, value: Any, detail: str) -> Cause:
-    return Cause(FIELD_VALUE_TYPE_INVALID, f"Invalid value: {go_bad_value(value)}: {detail}", field)
+    return field_error(FIELD_VALUE_TYPE_INVALID, field, value, detail)
 
 
 def _string_map(value: Any, field: str, causes: list[Cause]) -> dict[str, str]:
@@ -140,12 +170,20 @@ def _string_map(value: Any, field: str, causes: list[Cause]) -> dict[str, str]:
 # --- metadata pieces ---------------------------------------------------------------------------
 
 
+def label_map_errors(labels: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``ValidateLabels`` without the path: (bad key or value, message) per broken rule, in kube's order."""
+    errs: list[tuple[str, str]] = []
+    for k, v in labels.items():
+        errs.extend((k, msg) for msg in label_key_errors(k))
+        errs.extend((v, msg) for msg in label_value_errors(v))
+    return errs
+
+
 def validate_labels(labels: Mapping[str, str] | None, field: str) -> list[Cause]:
     """``ValidateLabels``: every bad key and value is reported against the map's own path."""
     causes: list[Cause] = []
-    for k, v in _string_map(labels, field, causes).items():
-        causes.extend(invalid_value(field, k, msg) for msg in label_key_errors(k))
-        causes.extend(invalid_value(field, v, msg) for msg in label_value_errors(v))
+    items = _string_map(labels, field, causes)
+    causes.extend(invalid_value(field, bad, msg) for bad, msg in label_map_errors(items))
     return causes
 
 
@@ -230,6 +268,15 @@ def validate_owner_references(refs: list[Mapping[str, Any]] | None, field: str) 
     return causes
 
 
+def selector_values_error(operator: str, values: Sequence[Any]) -> tuple[str, str] | None:
+    """``ValidateLabelSelectorRequirement``'s operator/values rule: (cause type, detail) if broken."""
+    if operator in ("In", "NotIn") and not values:
+        return FIELD_VALUE_REQUIRED, "must be specified when `operator` is 'In' or 'NotIn'"
+    if operator in ("Exists", "DoesNotExist") and values:
+        return FIELD_VALUE_FORBIDDEN, "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+    return None
+
+
 def validate_label_selector(selector: Mapping[str, Any] | None, field: str) -> list[Cause]:
     """``ValidateLabelSelector`` (default options) for a metav1.LabelSelector in a spec."""
     causes: list[Cause] = []
@@ -239,16 +286,10 @@ def validate_label_selector(selector: Mapping[str, Any] | None, field: str) -> l
     for i, expr in enumerate(selector.get("matchExpressions") or []):
         path = f"{field}.matchExpressions[{i}]"
         op, values = expr.get("operator", ""), expr.get("values") or []
-        if op in ("In", "NotIn"):
-            if not values:
-                causes.append(required_value(f"{path}.values",
-                                             "must be specified when `operator` is 'In' or 'NotIn'"))
-        elif op in ("Exists", "DoesNotExist"):
-            if values:
-                causes.append(forbidden_value(f"{path}.values",
-                                              "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
-        else:
+        if op not in SELECTOR_OPERATORS:
             causes.append(invalid_value(f"{path}.operator", op, "not a valid selector operator"))
+        elif problem := selector_values_error(op, values):
+            causes.append(field_error(problem[0], f"{path}.values", detail=problem[1]))
         key = expr.get("key", "")
         causes.extend(invalid_value(f"{path}.key", key, msg) for msg in label_key_errors(key))
         for j, v in enumerate(values):

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from marshmallow import fields
 
+from apiserver.patch import ACCEPTED as ACCEPTED_PATCH_TYPES
 from apiserver.resource import VIRTUALCLUSTERS as VC
 from apiserver.schema import (
     FIELDS_V1_REF,
@@ -42,10 +43,10 @@ from apiserver.schema import (
     iter_schemas,
 )
 
-# The PATCH bodies the REST layer accepts. Strategic merge is not advertised, so kubectl apply and
-# kubectl edit send JSON merge patches; apply-patch+yaml is absent because server-side apply is not
-# implemented.
-PATCH_CONTENT_TYPES: tuple[str, ...] = ("application/json-patch+json", "application/merge-patch+json")
+# The PATCH bodies the REST layer accepts (apiserver.patch owns the list). Strategic merge is not
+# advertised, so kubectl apply and kubectl edit send JSON merge patches; apply-patch+yaml is absent
+# because server-side apply is not implemented.
+PATCH_CONTENT_TYPES: tuple[str, ...] = ACCEPTED_PATCH_TYPES
 
 GROUP_VERSION_PATH = f"apis/{VC.group}/{VC.version}"
 _ROOT = f"/{GROUP_VERSION_PATH}"

@@ -56,15 +56,31 @@ def apply(content_type: str, current: dict[str, Any], body: bytes) -> dict[str, 
 
 def _json_patch(current: dict[str, Any], document: Any) -> Any:
     if not isinstance(document, list):
-        raise errors.bad_request("error decoding patch: a JSON patch must be an array of operations")
+        raise errors.bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
     try:
         ops = jsonpatch.JsonPatch(document)
-        return ops.apply(current, in_place=False)
-    except jsonpatch.JsonPatchTestFailed as e:
-        raise errors.ApiError(422, "Invalid", f"the server rejected our request due to an error in our "
-                                               f"request: test operation failed: {e}") from None
-    except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as e:
-        raise errors.ApiError(422, "Invalid", f"the server rejected our request due to an error in our "
-                                               f"request: {e}") from None
     except (jsonpatch.InvalidJsonPatch, TypeError, KeyError, ValueError) as e:
         raise errors.bad_request(f"error decoding patch: {e}") from None
+    try:
+        return ops.apply(current, in_place=False)
+    except jsonpatch.JsonPatchTestFailed:
+        failed = next((op.get("path", "") for op in document if isinstance(op, dict) and op.get("op") == "test"
+                       and not _test_holds(current, op)), "")
+        raise _rejected(f"testing value {failed} failed: test failed") from None
+    except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as e:
+        raise _rejected(str(e)) from None
+    except (jsonpatch.InvalidJsonPatch, TypeError, KeyError, ValueError) as e:
+        raise errors.bad_request(f"error decoding patch: {e}") from None
+
+
+def _test_holds(doc: Any, op: dict[str, Any]) -> bool:
+    try:
+        return bool(jsonpointer.resolve_pointer(doc, op.get("path", "")) == op.get("value"))
+    except jsonpointer.JsonPointerException:
+        return False
+
+
+def _rejected(detail: str) -> errors.ApiError:
+    """kube's answer when a JSON patch cannot be applied: 422 with the reason as a cause."""
+    return errors.ApiError(422, "Invalid", "the server rejected our request due to an error in our request",
+                           causes=[errors.Cause(errors.UNEXPECTED_SERVER_RESPONSE, detail)])

@@ -17,7 +17,6 @@ OpenAPI properties all speak the wire vocabulary without a mapping.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,14 +27,25 @@ from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, vali
 
 from apiserver.errors import (
     FIELD_VALUE_DUPLICATE,
-    FIELD_VALUE_FORBIDDEN,
     FIELD_VALUE_INVALID,
     FIELD_VALUE_NOT_SUPPORTED,
     FIELD_VALUE_REQUIRED,
     Cause,
 )
+from apiserver.names import (
+    OMIT_VALUE,
+    SELECTOR_OPERATORS,
+    dns1123_subdomain_errors,
+    duplicate_value,
+    field_error,
+    invalid_value,
+    label_map_errors,
+    not_supported_value,
+    selector_values_error,
+)
 from apiserver.quantity import QuantityError, parse_quantity
 from apiserver.resource import VIRTUALCLUSTERS
+from apiserver.selectors import go_bad_value, label_key_errors, label_value_errors
 
 # Names of referenced apimachinery definitions, as kube-openapi publishes them.
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
@@ -48,7 +58,6 @@ DEFINITION_PREFIX = "io.kosmos.v1alpha1"
 PHASES = ("Pending", "Preparing", "Initialized", "Completed", "Updating", "Deleting")
 NODE_PHASES = ("Claimed", "Joining", "Ready", "Releasing")
 CONDITION_STATUSES = ("True", "False", "Unknown")
-SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 SERVICE_TYPES = ("nodePort", "hostNetwork")
 
 _INT32 = (-(2**31), 2**31 - 1)
@@ -58,58 +67,26 @@ _INT64 = (-(2**63), 2**63 - 1)
 # --------------------------------------------------------------------------- causes
 
 
-_NO_VALUE = object()
-
-
 @dataclass(frozen=True)
 class Problem:
     """A ``field.Error`` before its path is known; raised inside marshmallow, rendered later."""
 
     type: str
     detail: str = ""
-    value: Any = _NO_VALUE
+    value: Any = OMIT_VALUE
     supported: tuple[str, ...] = ()
     expected_type: str = ""
 
     def cause(self, path: str) -> Cause:
+        """The cause at ``path``, its message rendered by :mod:`apiserver.names` as ``ErrorBody`` does."""
         if self.expected_type:
-            shown = format_value(self.value)
-            return Cause(FIELD_VALUE_INVALID,
-                         f"Invalid value: {shown}: {path} in body must be of type {self.expected_type}: {shown}",
-                         path)
-        return Cause(self.type, self._body(), path)
-
-    def _body(self) -> str:
-        """Kube's ``field.Error.ErrorBody``: the cause message without the path."""
-        if self.type == FIELD_VALUE_REQUIRED:
-            head = "Required value"
-        elif self.type == FIELD_VALUE_FORBIDDEN:
-            head = "Forbidden"
-        elif self.type == FIELD_VALUE_NOT_SUPPORTED:
-            head = f"Unsupported value: {format_value(self.value)}"
-            if self.supported:
-                head += ": supported values: " + ", ".join(json.dumps(s) for s in self.supported)
-        elif self.type == FIELD_VALUE_DUPLICATE:
-            head = f"Duplicate value: {format_value(self.value)}"
-        else:
-            head = f"Invalid value: {format_value(self.value)}"
-        return f"{head}: {self.detail}" if self.detail else head
-
-
-def format_value(value: Any) -> str:
-    """Render a bad value the way Go's field errors print it (%q strings, %v numbers)."""
-    if value is None or value is _NO_VALUE:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        text = repr(value)
-        return text[:-2] if text.endswith(".0") else text
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+            return invalid_value(path, self.value, f"{path} in body must be of type {self.expected_type}: "
+                                                   f"{go_bad_value(self.value)}")
+        if self.type == FIELD_VALUE_NOT_SUPPORTED:
+            return not_supported_value(path, self.value, self.supported)
+        if self.type == FIELD_VALUE_DUPLICATE:
+            return duplicate_value(path, self.value)
+        return field_error(self.type, path, self.value, self.detail)
 
 
 def json_type(value: Any) -> str:
@@ -145,68 +122,15 @@ def _wrong_type(expected: str, value: Any) -> ValidationError:
 
 
 # --------------------------------------------------------------------------- kube value checks
-# Each returns kube's messages (empty when valid), like k8s.io/apimachinery/pkg/util/validation.
+# Each returns kube's messages (empty when valid). DNS names, label keys and label values are checked
+# by apiserver.names and apiserver.selectors; only the checks particular to this schema live here.
 
-_DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = _DNS1123_LABEL + r"(\." + _DNS1123_LABEL + ")*"
-_QUALIFIED_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_LABEL_VALUE = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
-_QUALIFIED_NAME_MSG = ("must consist of alphanumeric characters, '-', '_' or '.', "
-                       "and must start and end with an alphanumeric character")
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 
 
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    shown = "".join(f"{' or ' if i else ''}'{e}', " for i, e in enumerate(examples))
-    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
-
-
-def _max_len(n: int) -> str:
-    return f"must be no more than {n} characters"
-
-
-def dns1123_subdomain_errors(value: str) -> list[str]:
-    """Messages for a value that is not a lowercase RFC 1123 subdomain (node, storage class names)."""
-    errs = [_max_len(253)] if len(value) > 253 else []
-    if not re.fullmatch(_DNS1123_SUBDOMAIN, value):
-        errs.append(_regex_error(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-            "and must start and end with an alphanumeric character", _DNS1123_SUBDOMAIN, "example.com"))
-    return errs
-
-
 def qualified_name_errors(value: str) -> list[str]:
-    """Messages for a value that is not a qualified name (label keys, resource names)."""
-    parts = value.split("/")
-    if len(parts) > 2:
-        return ["a qualified name " + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME, "MyName", "my.name",
-                                                   "123-abc")
-                + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
-    errs: list[str] = []
-    name = parts[-1]
-    if len(parts) == 2:
-        prefix = parts[0]
-        errs += (["prefix part must be non-empty"] if not prefix
-                 else ["prefix part " + m for m in dns1123_subdomain_errors(prefix)])
-    if not name:
-        errs.append("name part must be non-empty")
-    elif len(name) > 63:
-        errs.append("name part " + _max_len(63))
-    if not re.fullmatch(_QUALIFIED_NAME, name):
-        errs.append("name part " + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME, "MyName", "my.name",
-                                                "123-abc"))
-    return errs
-
-
-def label_value_errors(value: str) -> list[str]:
-    """Messages for a value that is not a valid label value."""
-    errs = [_max_len(63)] if len(value) > 63 else []
-    if not re.fullmatch(_LABEL_VALUE, value):
-        errs.append(_regex_error(
-            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-            "and must start and end with an alphanumeric character", _LABEL_VALUE, "MyValue", "my_value",
-            "12345"))
-    return errs
+    """``IsQualifiedName`` (label keys, condition types, resource names): :func:`label_key_errors`."""
+    return label_key_errors(value)
 
 
 def _is_ip(value: str) -> bool:
@@ -244,7 +168,7 @@ def optional_subdomain_errors(value: str) -> list[str]:
 
 def quantity_errors(value: Any, *, minimum: str = "nonnegative") -> list[str]:
     """Parse a Quantity given as JSON number or string; ``minimum`` is nonnegative or positive."""
-    text = value.strip() if isinstance(value, str) else format_value(value)
+    text = value.strip() if isinstance(value, str) else str(value)
     try:
         amount = parse_quantity(text)
     except QuantityError as err:
@@ -327,11 +251,8 @@ class Unique(validate.Validator):
 
 def _label_map_errors(labels: dict[str, str]) -> list[Problem]:
     """Kube reports bad label keys and values at the map itself, not at ``[key]``."""
-    out: list[Problem] = []
-    for key, value in labels.items():
-        out += [Problem(FIELD_VALUE_INVALID, m, key) for m in qualified_name_errors(key)]
-        out += [Problem(FIELD_VALUE_INVALID, m, value) for m in label_value_errors(value)]
-    return out
+    return [Problem(FIELD_VALUE_INVALID, msg, bad)
+            for bad, msg in label_map_errors(labels)]
 
 
 def _check_label_map(labels: dict[str, str]) -> dict[str, str]:
@@ -525,15 +446,9 @@ class LabelSelectorRequirementSchema(KubeSchema):
 
         Reads the original input so that values which failed their own checks still count as given.
         """
-        operator, values = data.get("operator"), original.get("values") or []
-        if operator in ("In", "NotIn") and not values:
-            raise ValidationError([Problem(FIELD_VALUE_REQUIRED,
-                                           "must be specified when `operator` is 'In' or 'NotIn'")],
-                                  field_name="values")
-        if operator in ("Exists", "DoesNotExist") and values:
-            raise ValidationError([Problem(FIELD_VALUE_FORBIDDEN,
-                                           "may not be specified when `operator` is 'Exists' or "
-                                           "'DoesNotExist'")], field_name="values")
+        problem = selector_values_error(data.get("operator") or "", original.get("values") or [])
+        if problem:
+            raise ValidationError([Problem(*problem)], field_name="values")
 
 
 class LabelSelectorSchema(KubeSchema):

@@ -11,9 +11,11 @@ normalised ``String()`` form and the messages follow apimachinery's ``labels.Par
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
@@ -52,14 +54,35 @@ def go_json(value: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
+def go_float(f: float) -> str:
+    """Go's ``%v`` for a float64: shortest digits, exponent form when it is below -4 or at least 6."""
+    if not math.isfinite(f):
+        return "NaN" if math.isnan(f) else ("+Inf" if f > 0 else "-Inf")
+    if f == 0:
+        return "-0" if math.copysign(1, f) < 0 else "0"
+    sign, digit_tuple, exponent = Decimal(repr(f)).normalize().as_tuple()
+    digits, neg = "".join(map(str, digit_tuple)), "-" if sign else ""
+    point = len(digits) + int(exponent)  # decimal point position within digits
+    if not -4 <= point - 1 < 6:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{neg}{mantissa}e{'-' if point < 1 else '+'}{abs(point - 1):02d}"
+    if point <= 0:
+        return f"{neg}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return neg + digits + "0" * (point - len(digits))
+    return f"{neg}{digits[:point]}.{digits[point:]}"
+
+
 def go_bad_value(value: Any) -> str:
     """Render a ``field.Error`` BadValue the way ``ErrorBody`` does (%q, %v or JSON)."""
     if isinstance(value, str):
         return go_quote(value)
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
+    if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):
+        return go_float(value)
     return go_json(value)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from . import schema
 from .errors import FIELD_VALUE_INVALID, Cause
 from .resource import FINALIZER, VIRTUALCLUSTERS
+from .selectors import go_bad_value
 from .wire import Column, age
 
 Obj = dict[str, Any]
@@ -87,7 +88,7 @@ class VirtualClusterStrategy:
         for name in IMMUTABLE_SPEC_FIELDS:
             if new_spec.get(name) != old_spec.get(name):
                 causes.append(Cause(FIELD_VALUE_INVALID,
-                                    f"Invalid value: {_go_repr(new_spec.get(name))}: field is immutable",
+                                    f"Invalid value: {go_bad_value(new_spec.get(name))}: field is immutable",
                                     f"spec.{name}"))
         return causes
 
@@ -112,11 +113,3 @@ class VirtualClusterStrategy:
             age(meta.get("creationTimestamp")),
             status.get("controlPlaneEndpoint", ""),
         ]
-
-
-def _go_repr(value: Any) -> str:
-    if value is None:
-        return '""'
-    if isinstance(value, str):
-        return f'"{value}"'
-    return "[]string{" + ", ".join(f'"{v}"' for v in value) + "}"

@@ -268,3 +268,197 @@ class ApiServer:
 
     def kubeconfig(self, path: Path, user: str = "admin") -> Path:
         return write_kubeconfig(path, self.pki.kubeconfig(self.url, user))
+
+
+# -- the host cluster -------------------------------------------------------------------------
+
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+FRONT_PROXY_CLIENT = "front-proxy-client"
+VC_SERVICE_ACCOUNT = "system:serviceaccount:kosmos-system:vc-apiserver"
+
+
+@dataclass(frozen=True)
+class HostPki:
+    """A host cluster's PKI as kubeadm lays it out: cluster CA, front-proxy CA, SA keys."""
+
+    dir: Path
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    @classmethod
+    def ensure(cls, directory: Path) -> HostPki:
+        out = cls(directory)
+        if (directory / "sa.key").exists():
+            return out
+        directory.mkdir(parents=True, exist_ok=True)
+        ca = pki.new_ca("kubernetes")
+        ca.write(directory, "ca")
+        pki.new_leaf(ca, "kube-apiserver", usages=(pki.SERVER_AUTH,), days=3650,
+                     hosts=["127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                            "kubernetes.default.svc.cluster.local", KUBERNETES_SERVICE_IP]).write(directory, "apiserver")
+        front = pki.new_ca("front-proxy-ca")
+        front.write(directory, "front-proxy-ca")
+        pki.new_leaf(front, FRONT_PROXY_CLIENT, days=3650).write(directory, "front-proxy-client")
+        sa = pki.new_key("rsa")
+        (directory / "sa.key").write_bytes(pki.key_pem(sa))
+        (directory / "sa.pub").write_bytes(pki.public_key_pem(sa))
+        for stem, cn, orgs in (("admin", "kubernetes-admin", ["system:masters"]),
+                               ("controller-manager", "system:kube-controller-manager", []),
+                               ("vc-apiserver", VC_SERVICE_ACCOUNT, [])):
+            pki.new_leaf(ca, cn, organizations=orgs, days=3650).write(directory, stem)
+        return out
+
+    def kubeconfig(self, server: str, stem: str) -> dict:  # type: ignore[type-arg]
+        return pki.kubeconfig(server, self.path("ca.crt").read_bytes(), stem,
+                              self.path(f"{stem}.crt").read_bytes(), self.path(f"{stem}.key").read_bytes(),
+                              cluster="host")
+
+
+@dataclass
+class HostCluster:
+    """A real host: etcd, kube-apiserver with the aggregation layer, controller-manager, kwok."""
+
+    root: Path
+    port: int
+    etcd_client_port: int
+    etcd_peer_port: int
+    run_dir: Path | None = None  # pid files when the host outlives this process (the playground)
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def pki(self) -> HostPki:
+        return HostPki(self.root / "pki")
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.root / "admin.kubeconfig"
+
+    def kubeconfig_for(self, stem: str) -> Path:
+        path = self.root / f"{stem}.kubeconfig"
+        if not path.exists():
+            write_kubeconfig(path, self.pki.kubeconfig(self.url, stem))
+        return path
+
+    def _pidfile(self, name: str) -> Path | None:
+        return self.run_dir / f"host-{name}.pid" if self.run_dir else None
+
+    def _proc(self, name: str, args: list[str]) -> Proc:
+        proc = Proc(name, args, self.root / "log" / f"{name}.log", self._pidfile(name))
+        self.procs[name] = proc
+        return proc
+
+    def etcd(self) -> Etcd:
+        return Etcd(self.root / "etcd", self.etcd_client_port, self.etcd_peer_port, self.root / "log" / "etcd.log",
+                    self._pidfile("etcd"))
+
+    def apiserver_args(self) -> list[str]:
+        p = self.pki.path
+        return [binary("kube-apiserver"), "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}", "--endpoint-reconciler-type=none",
+                f"--etcd-servers={self.etcd().url}",
+                f"--tls-cert-file={p('apiserver.crt')}", f"--tls-private-key-file={p('apiserver.key')}",
+                f"--client-ca-file={p('ca.crt')}",
+                f"--requestheader-client-ca-file={p('front-proxy-ca.crt')}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={p('front-proxy-client.crt')}",
+                f"--proxy-client-key-file={p('front-proxy-client.key')}",
+                "--authorization-mode=Node,RBAC", "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={p('sa.pub')}", f"--service-account-signing-key-file={p('sa.key')}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false", "--allow-privileged=true",
+                "--enable-admission-plugins=NodeRestriction", "--v=1"]
+
+    def controller_manager_args(self) -> list[str]:
+        kubeconfig = self.kubeconfig_for("controller-manager")
+        p = self.pki.path
+        return [binary("kube-controller-manager"), f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
+                f"--service-account-private-key-file={p('sa.key')}", f"--root-ca-file={p('ca.crt')}",
+                "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller",
+                "--profiling=false", "--v=1"]
+
+    def kwok_args(self) -> list[str]:
+        return [binary("kwok"), f"--kubeconfig={self.kubeconfig_for('admin')}", "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-ip=127.0.0.1",
+                f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.1/16"]
+
+    def ready(self) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.pki.path("ca.crt")))
+        ctx.load_cert_chain(str(self.pki.path("admin.crt")), str(self.pki.path("admin.key")))
+        try:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=2, context=ctx) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def healthy(self) -> bool:
+        return self.ready() and all(
+            Proc(name, [], Path("/dev/null"), self._pidfile(name)).alive()
+            for name in ("kube-controller-manager", "kwok"))
+
+    def start(self, timeout: float = 90.0) -> HostCluster:
+        HostPki.ensure(self.root / "pki")
+        write_kubeconfig(self.admin_kubeconfig, self.pki.kubeconfig(self.url, "admin"))
+        etcd = self.etcd()
+        if not etcd.healthy():
+            etcd.stop()
+            etcd.start()
+        self.procs["etcd"] = etcd.proc or Proc("etcd", [], etcd.log, etcd.pidfile)
+        api = self._proc("kube-apiserver", self.apiserver_args()).start()
+        try:
+            wait_until(self.ready, timeout, "host kube-apiserver", interval=0.25)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{api.tail()}") from None
+        self._proc("kube-controller-manager", self.controller_manager_args()).start()
+        self._proc("kwok", self.kwok_args()).start()
+        return self
+
+    def stop(self) -> None:
+        for name in ("kwok", "kube-controller-manager", "kube-apiserver"):
+            (self.procs.get(name) or Proc(name, [], Path("/dev/null"), self._pidfile(name))).stop()
+        self.etcd().stop()
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([binary("kubectl"), "--kubeconfig", str(kubeconfig or self.admin_kubeconfig), *args],
+                              input=input, capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+        return proc
+
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+INSTANCE_TYPES = (("m5.2xlarge", "8", "32Gi"), ("m5.4xlarge", "16", "64Gi"))
+
+
+def fake_node(name: str, index: int, control_plane: bool = False, labels: dict[str, str] | None = None) -> dict:  # type: ignore[type-arg]
+    """A host Node that kwok keeps Ready, with realistic labels and capacity."""
+    instance, cpu, memory = INSTANCE_TYPES[0] if index % 4 else INSTANCE_TYPES[1]
+    node_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                   "topology.kubernetes.io/zone": ZONES[index % len(ZONES)],
+                   "node.kubernetes.io/instance-type": instance, "type": "kwok", **(labels or {})}
+    if control_plane:
+        node_labels["node-role.kubernetes.io/control-plane"] = ""
+    resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": node_labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+                     if control_plane else []},
+            "status": {"capacity": resources, "allocatable": resources}}
+
+
+def create_fake_nodes(host: HostCluster, count: int, prefix: str = "node", control_plane: bool = True) -> list[str]:
+    nodes = [fake_node(f"{prefix}-{i:03d}", i) for i in range(count)]
+    if control_plane:
+        nodes.append(fake_node(f"{prefix}-control-plane", 0, control_plane=True))
+    host.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+    return [n["metadata"]["name"] for n in nodes]

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from apiserver.errors import (
+    FIELD_VALUE_DUPLICATE,
     FIELD_VALUE_FORBIDDEN,
     FIELD_VALUE_INVALID,
+    FIELD_VALUE_NOT_SUPPORTED,
     FIELD_VALUE_REQUIRED,
     FIELD_VALUE_TOO_LONG,
     Cause,
@@ -19,9 +21,12 @@ from apiserver.errors import (
 from apiserver.names import (
     dns1123_label_errors,
     dns1123_subdomain_errors,
+    duplicate_value,
+    field_error,
     name_is_dns_label,
     name_is_dns_subdomain,
     name_is_path_segment,
+    not_supported_value,
     validate_annotations,
     validate_finalizers,
     validate_label_selector,
@@ -256,3 +261,14 @@ def test_label_selector_validation_reports_field_paths() -> None:
 def test_absent_label_selector_is_valid() -> None:
     assert validate_label_selector(None, "spec.selector") == []
     assert validate_label_selector({}, "spec.selector") == []
+
+
+# --- field.Error bodies shared with the VirtualCluster schema ----------------------------------
+
+
+def test_field_errors_render_like_error_body() -> None:
+    assert not_supported_value("spec.t", "C", ["a", "b\n"]) == Cause(
+        FIELD_VALUE_NOT_SUPPORTED, 'Unsupported value: "C": supported values: "a", "b\\n"', "spec.t")
+    assert duplicate_value("spec.l[1]", 2.0) == Cause(FIELD_VALUE_DUPLICATE, "Duplicate value: 2", "spec.l[1]")
+    # field.omitValue: the type alone, no value and no trailing separator.
+    assert field_error(FIELD_VALUE_INVALID, "spec.x") == Cause(FIELD_VALUE_INVALID, "Invalid value", "spec.x")

@@ -14,6 +14,7 @@ from apiserver.openapi import (
     openapi_v3_discovery,
     openapi_v3_hash,
 )
+from apiserver.patch import ACCEPTED
 from apiserver.schema import VirtualClusterSpecSchema
 
 ROOT = "/apis/kosmos.io/v1alpha1"
@@ -243,6 +244,10 @@ def test_patch_request_bodies_are_json_patch_and_merge_patch_only() -> None:
         assert list(body["content"]) == list(PATCH_CONTENT_TYPES)
         assert body["content"]["application/merge-patch+json"]["schema"]["$ref"].endswith("meta.v1.Patch")
         assert DOCS["v2"]["paths"][path]["patch"]["consumes"] == list(PATCH_CONTENT_TYPES)
+
+
+def test_advertised_patch_types_are_the_ones_the_patch_module_accepts() -> None:
+    assert PATCH_CONTENT_TYPES is ACCEPTED
 
 
 @both

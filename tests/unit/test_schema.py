@@ -182,7 +182,7 @@ def test_invalid_requirement_key_and_values_are_reported_at_their_own_paths() ->
 def test_invalid_match_labels_are_reported_at_the_map_like_kube() -> None:
     causes = validate_spec(policy(labelSelector={"matchLabels": {"a/b/c": "x", "ok": "not ok"}}))
     assert [c.field for c in causes] == ["spec.promotePolicies[0].labelSelector.matchLabels"] * 2
-    assert causes[0].message.startswith('Invalid value: "a/b/c": a qualified name must consist of')
+    assert causes[0].message.startswith('Invalid value: "a/b/c": a valid label key must consist of')  # apimachinery v0.35 wording
     assert causes[0].message.endswith("with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")
     assert causes[1].message.startswith('Invalid value: "not ok": a valid label must be an empty string')
 
@@ -190,6 +190,25 @@ def test_invalid_match_labels_are_reported_at_the_map_like_kube() -> None:
 def test_a_label_key_with_a_bad_prefix_names_the_prefix_part() -> None:
     [cause] = validate_spec(policy(labelSelector={"matchLabels": {"Bad_Prefix/name": "x"}}))
     assert 'Invalid value: "Bad_Prefix/name": prefix part a lowercase RFC 1123 subdomain' in cause.message
+
+
+def test_label_rules_are_kubes_content_rules_counting_bytes() -> None:
+    value = "é" * 32  # 32 characters, 64 bytes
+    causes = validate_spec(policy(labelSelector={"matchLabels": {"a": value}}))
+    assert causes[0].message == f'Invalid value: "{value}": must be no more than 63 bytes'
+    [cause] = validate_spec(expressions({"key": "a", "operator": "In", "values": [value[:31]]}))
+    assert cause.message.startswith(f'Invalid value: "{value[:31]}": a valid label must be')
+
+
+def test_bad_values_are_quoted_like_go() -> None:
+    [cause] = validate_spec({"externalIP": "a\x01"})
+    assert cause.message.startswith('Invalid value: "a\\x01": must be a valid IP address')
+
+
+def test_node_names_follow_the_dns_subdomain_rule_of_object_names() -> None:
+    [cause] = validate_status({"nodes": [{"name": "a" * 254}]})
+    assert (cause.field, cause.message) == (
+        "status.nodes[0].name", f'Invalid value: "{"a" * 254}": must be no more than 253 characters')
 
 
 def test_a_malformed_quantity_is_reported_at_its_map_key() -> None:

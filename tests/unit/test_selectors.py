@@ -14,6 +14,7 @@ from apiserver.selectors import (
     LabelSelector,
     Operator,
     escape_field_value,
+    go_bad_value,
     go_quote,
     label_key_errors,
     label_value_errors,
@@ -233,6 +234,22 @@ def test_messages_quote_values_like_go() -> None:
     assert go_quote('a"b\\c\n\x01\u00a0é\U0001f600') == '"a\\"b\\\\c\\n\\x01\\u00a0é😀"'
     message = bad_label_selector('a="b"')
     assert message.startswith('unable to parse requirement: values[0][a]: Invalid value: "\\"b\\"": ')
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    # Expected texts are Go's own fmt.Sprintf("%v", float64(...)) output.
+    (1.0, "1"), (-1.5, "-1.5"), (123456.0, "123456"), (1e6, "1e+06"), (1234567.0, "1.234567e+06"),
+    (1e21, "1e+21"), (0.0001, "0.0001"), (1e-05, "1e-05"), (1.5e-07, "1.5e-07"), (0.0, "0"),
+])
+def test_bad_float_values_print_like_go_percent_v(value: float, shown: str) -> None:
+    assert go_bad_value(value) == shown
+
+
+def test_bad_values_of_other_types_print_like_error_body() -> None:
+    # %q for strings (not JSON's \u0001), %v for bools and ints, json.Marshal (HTML-escaped) otherwise.
+    assert go_bad_value("a\x01") == '"a\\x01"'
+    assert [go_bad_value(v) for v in (True, 7, None)] == ["true", "7", "null"]
+    assert go_bad_value(["a", "<b>"]) == '["a","\\u003cb\\u003e"]'
 
 
 # --- label rules shared with metadata validation -----------------------------------------------
