@@ -8,10 +8,13 @@ import logging
 import signal
 import ssl
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import uvloop
 from aiohttp import web
 
+from .admission import NamespaceLifecycle
 from .app import STATE, ServerState, build_app, version_info
 from .auth import (
     AlwaysAllowAuthorizer,
@@ -23,7 +26,15 @@ from .auth import (
     UnionAuthenticator,
 )
 from .compactor import Compactor
+from .delegated import (
+    AuthenticationSource,
+    Overrides,
+    RequestHeaderAuthenticator,
+    SubjectAccessReviewAuthorizer,
+    TokenReviewAuthenticator,
+)
 from .etcd import EtcdClient, EtcdConfig
+from .kubeclient import KubeClient, in_cluster, running_in_cluster
 from .metrics import Metrics
 
 log = logging.getLogger("vc-apiserver")
@@ -35,10 +46,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--secure-port", type=int, default=6443, help="port to serve HTTPS on")
     p.add_argument("--tls-cert-file", required=True, help="serving certificate (PEM)")
     p.add_argument("--tls-private-key-file", required=True, help="serving key (PEM)")
-    p.add_argument("--client-ca-file", help="CA that signs client certificates (CN = user, O = groups)")
+    p.add_argument("--client-ca-file", help="CA that signs client certificates (CN = user, O = groups); "
+                                            "replaces the host ConfigMap's client-ca-file when delegating")
     p.add_argument("--token-auth-file", help="static bearer tokens: token,user,uid,\"group1,group2\"")
-    p.add_argument("--authorization-mode", default="Standalone", choices=["Standalone", "AlwaysAllow"],
-                   help="Standalone: only system:masters is allowed; AlwaysAllow: every authenticated user")
+    p.add_argument("--authentication-kubeconfig",
+                   help="host kubeconfig for TokenReview and the extension-apiserver-authentication ConfigMap")
+    p.add_argument("--authorization-kubeconfig", help="host kubeconfig for SubjectAccessReview")
+    p.add_argument("--host-kubeconfig",
+                   help="host kubeconfig for namespaces and the reconciler (default: --authentication-kubeconfig)")
+    p.add_argument("--requestheader-client-ca-file", help="overrides the host ConfigMap's front-proxy CA")
+    p.add_argument("--requestheader-allowed-names", help="comma-separated allowed front-proxy CNs")
+    p.add_argument("--requestheader-username-headers", help="comma-separated, e.g. X-Remote-User")
+    p.add_argument("--requestheader-group-headers", help="comma-separated, e.g. X-Remote-Group")
+    p.add_argument("--requestheader-extra-headers-prefix", help="comma-separated, e.g. X-Remote-Extra-")
+    p.add_argument("--authorization-mode", choices=["Standalone", "AlwaysAllow", "Delegated"],
+                   help="Delegated (default with a host): SubjectAccessReview; Standalone (default without): "
+                        "only system:masters; AlwaysAllow: every authenticated user")
     p.add_argument("--etcd-servers", required=True, help="comma-separated etcd URLs")
     p.add_argument("--etcd-cafile")
     p.add_argument("--etcd-certfile")
@@ -55,48 +78,102 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _csv(value: str | None) -> list[str] | None:
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _read(path: str | None) -> bytes:
+    return Path(path).read_bytes() if path else b""
+
+
 def serving_context(args: argparse.Namespace) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(args.tls_cert_file, args.tls_private_key_file)
     ctx.set_alpn_protocols(["http/1.1"])
+    ctx.verify_mode = ssl.CERT_OPTIONAL
     if args.client_ca_file:
         ctx.load_verify_locations(args.client_ca_file)
-        ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
 
 
-def build_state(args: argparse.Namespace) -> ServerState:
+def host_client(path: str | None) -> KubeClient | None:
+    if path:
+        return KubeClient.from_kubeconfig(path)
+    if running_in_cluster():
+        return KubeClient(in_cluster())
+    return None
+
+
+@dataclass
+class Security:
+    authenticator: Authenticator
+    authorizer: Authorizer
+    source: AuthenticationSource
+    host: KubeClient | None
+
+
+def build_security(args: argparse.Namespace, serving: ssl.SSLContext) -> Security:
+    """Authenticators in kube's order: front proxy, client certificate, static token, TokenReview."""
+    authn_client = host_client(args.authentication_kubeconfig)
+    authz_client = host_client(args.authorization_kubeconfig) or authn_client
+    host = host_client(args.host_kubeconfig) if args.host_kubeconfig else authn_client
+    overrides = Overrides(
+        client_ca=_read(args.client_ca_file), requestheader_ca=_read(args.requestheader_client_ca_file),
+        allowed_names=_csv(args.requestheader_allowed_names),
+        username_headers=_csv(args.requestheader_username_headers),
+        group_headers=_csv(args.requestheader_group_headers),
+        extra_prefixes=_csv(args.requestheader_extra_headers_prefix))
+    source = AuthenticationSource(authn_client, overrides, serving)
+    authenticators: list[Authenticator] = [RequestHeaderAuthenticator(source),
+                                           ClientCertAuthenticator(lambda: source.client_ca)]
+    if args.token_auth_file:
+        authenticators.append(TokenFileAuthenticator(args.token_auth_file))
+    if authn_client is not None:
+        authenticators.append(TokenReviewAuthenticator(authn_client))
+    mode = args.authorization_mode or ("Delegated" if authz_client is not None else "Standalone")
+    authorizer: Authorizer
+    if mode == "Delegated":
+        if authz_client is None:
+            raise SystemExit("--authorization-mode=Delegated needs --authorization-kubeconfig or in-cluster config")
+        authorizer = SubjectAccessReviewAuthorizer(authz_client)
+    elif mode == "AlwaysAllow":
+        authorizer = AlwaysAllowAuthorizer()
+    else:
+        authorizer = PrivilegedGroupAuthorizer()
+    return Security(UnionAuthenticator(authenticators), authorizer, source, host)
+
+
+def build_state(args: argparse.Namespace, security: Security) -> ServerState:
     metrics = Metrics()
     etcd = EtcdClient(EtcdConfig(
         endpoints=[e.strip() for e in args.etcd_servers.split(",") if e.strip()],
         cafile=args.etcd_cafile, certfile=args.etcd_certfile, keyfile=args.etcd_keyfile,
         request_timeout=args.etcd_request_timeout), observe=metrics.observe_etcd)
-    authenticators: list[Authenticator] = []
-    if args.client_ca_file:
-        authenticators.append(ClientCertAuthenticator())
-    if args.token_auth_file:
-        authenticators.append(TokenFileAuthenticator(args.token_auth_file))
-    authorizer: Authorizer = (AlwaysAllowAuthorizer() if args.authorization_mode == "AlwaysAllow"
-                              else PrivilegedGroupAuthorizer())
-    return ServerState(etcd=etcd, authenticator=UnionAuthenticator(authenticators), authorizer=authorizer,
-                       metrics=metrics, version=version_info())
+    admission = [NamespaceLifecycle(security.host)] if security.host is not None else []
+    return ServerState(etcd=etcd, authenticator=security.authenticator, authorizer=security.authorizer,
+                       metrics=metrics, version=version_info(), host=security.host, admission=admission)
 
 
 async def serve(args: argparse.Namespace) -> None:
-    state = build_state(args)
+    serving = serving_context(args)
+    security = build_security(args, serving)
+    await security.source.start()
+    state = build_state(args, security)
     app = build_app(state)
     state.store.cache.history_size = args.watch_cache_history
     compactor = Compactor(state.etcd, args.etcd_compaction_interval)
     app.on_startup.append(lambda _app: compactor.start())
     app.on_cleanup.append(lambda _app: compactor.stop())
+    app.on_cleanup.append(lambda _app: security.source.stop())
+    for client in {c for c in (security.host,) if c is not None}:
+        app.on_cleanup.append(lambda _app, c=client: c.close())
     if args.enable_reconciler == "true":
         from reconciler.manager import attach
         attach(app, app[STATE], lease_duration=args.leader_elect_lease_duration, identity=args.identity)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, args.bind_address, args.secure_port, ssl_context=serving_context(args),
-                       backlog=1024)
+    site = web.TCPSite(runner, args.bind_address, args.secure_port, ssl_context=serving, backlog=1024)
     await site.start()
     log.info("serving on https://%s:%d", args.bind_address, args.secure_port)
     stop = asyncio.Event()

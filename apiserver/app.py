@@ -14,9 +14,11 @@ from typing import Any
 from aiohttp import web
 
 from . import __version__, discovery, errors, openapi, wire
+from .admission import Admission
 from .auth import ANONYMOUS_USER, Attributes, Authenticator, Authorizer, forbidden_message, is_health_path
 from .etcd import EtcdClient, EtcdError
 from .handlers import ResourceHandlers
+from .kubeclient import KubeClient
 from .metrics import Metrics
 from .registry import Registry
 from .resource import VIRTUALCLUSTERS, ResourceInfo
@@ -39,6 +41,8 @@ class ServerState:
     authorizer: Authorizer
     metrics: Metrics
     version: dict[str, str]
+    host: KubeClient | None = None
+    admission: list[Admission] = field(default_factory=list)
     store: Store = field(init=False)
     registry: Registry = field(init=False)
     started: float = field(default_factory=time.monotonic)
@@ -259,7 +263,7 @@ def build_app(state: ServerState) -> web.Application:
     )
     app[STATE] = state
     state.store = Store(state.etcd, VIRTUALCLUSTERS)
-    state.registry = Registry(state.store, VirtualClusterStrategy())
+    state.registry = Registry(state.store, VirtualClusterStrategy(), state.admission)
     handlers = ResourceHandlers(state.registry,
                                 on_watch_change=lambda d: state.metrics.watchers.labels(
                                     VIRTUALCLUSTERS.resource).inc(d))

@@ -9,12 +9,16 @@ delegation to a host cluster plugs into the same two protocols.
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiohttp import web
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 log = logging.getLogger(__name__)
 
@@ -73,29 +77,61 @@ class Authorizer(Protocol):
 
 # -- authenticators --------------------------------------------------------------------
 
-def _peer_subject(request: web.Request) -> dict[str, list[str]] | None:
-    """The verified client certificate's subject (Python only exposes verified certs)."""
+def peer_certificate(request: web.Request) -> x509.Certificate | None:
+    """The client certificate of this connection (the handshake already verified its chain)."""
     ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
     if ssl_object is None:
         return None
-    cert = ssl_object.getpeercert()
-    if not cert:
+    der = ssl_object.getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der) if der else None
+
+
+class CABundle:
+    """A set of CA certificates, able to say whether one issued a given leaf."""
+
+    def __init__(self, pem: bytes) -> None:
+        self.pem = pem
+        self.certs = x509.load_pem_x509_certificates(pem) if pem.strip() else []
+
+    def issued(self, leaf: x509.Certificate, usage: x509.ObjectIdentifier = ExtendedKeyUsageOID.CLIENT_AUTH) -> bool:
+        now = dt.datetime.now(dt.UTC)
+        if not (leaf.not_valid_before_utc <= now <= leaf.not_valid_after_utc):
+            return False
+        try:
+            usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+            if usage not in usages and ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE not in usages:
+                return False
+        except x509.ExtensionNotFound:
+            pass
+        for ca in self.certs:
+            try:
+                leaf.verify_directly_issued_by(ca)
+                return True
+            except (ValueError, TypeError, InvalidSignature):
+                continue
+        return False
+
+
+def subject_user(cert: x509.Certificate) -> UserInfo | None:
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if not names:
         return None
-    subject: dict[str, list[str]] = {}
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            subject.setdefault(key, []).append(value)
-    return subject
+    groups = tuple(str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
+    return UserInfo(str(names[0].value), groups)
 
 
 class ClientCertAuthenticator:
-    """User = CN, groups = O of a certificate that chained to the client CA during the handshake."""
+    """User = CN, groups = O of a certificate issued by the client CA (never by another trusted CA)."""
+
+    def __init__(self, bundle: Callable[[], CABundle | None]) -> None:
+        self.bundle = bundle
 
     async def authenticate(self, request: web.Request) -> UserInfo | None:
-        subject = _peer_subject(request)
-        if not subject or not subject.get("commonName"):
+        cert = peer_certificate(request)
+        bundle = self.bundle()
+        if cert is None or bundle is None or not bundle.issued(cert):
             return None
-        return UserInfo(subject["commonName"][0], tuple(subject.get("organizationName", [])))
+        return subject_user(cert)
 
 
 class TokenFileAuthenticator:

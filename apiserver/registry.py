@@ -15,13 +15,14 @@ import json
 import posixpath
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from . import errors, names, patch
+from .admission import Admission
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from .storage import Obj, Store
 from .strategy import Strategy
@@ -203,10 +204,11 @@ def find_duplicate_fields(body: bytes) -> list[str]:
 class Registry:
     """Kubernetes semantics for one resource."""
 
-    def __init__(self, store: Store, strategy: Strategy) -> None:
+    def __init__(self, store: Store, strategy: Strategy, admission: Sequence[Admission] = ()) -> None:
         self.store = store
         self.strategy = strategy
         self.info = strategy.info
+        self.admission = list(admission)
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -368,6 +370,8 @@ class Registry:
         meta["creationTimestamp"] = now_rfc3339()
         self.strategy.prepare_for_create(obj)
         self._validate_create(obj)
+        for plugin in self.admission:
+            await plugin.admit_create(self.info, obj)
         if opts.dry_run:
             if self.store.cache.get(namespace, meta["name"]) is not None:
                 raise errors.already_exists(self.info.resource, self.info.group, meta["name"])

@@ -234,6 +234,8 @@ class ApiServer:
     log: Path
     pidfile: Path | None = None
     extra_args: list[str] = field(default_factory=list)
+    host_kubeconfig: Path | None = None  # set: delegate authn/authz to that host (its client CA is trusted)
+    serving: tuple[Path, Path] | None = None  # serving cert and key (default: the Pki's)
     proc: Proc | None = None
 
     @property
@@ -241,15 +243,21 @@ class ApiServer:
         return f"https://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        crt, key = self.pki.cert("serving")
-        return [sys.executable, "-m", "apiserver", "--bind-address", "127.0.0.1", "--secure-port", str(self.port),
-                "--tls-cert-file", str(crt), "--tls-private-key-file", str(key),
-                "--client-ca-file", str(self.pki.ca), "--etcd-servers", self.etcd_url, *self.extra_args]
+        crt, key = self.serving or self.pki.cert("serving")
+        args = [sys.executable, "-m", "apiserver", "--bind-address", "127.0.0.1", "--secure-port", str(self.port),
+                "--tls-cert-file", str(crt), "--tls-private-key-file", str(key), "--etcd-servers", self.etcd_url]
+        if self.host_kubeconfig is not None:
+            args += ["--authentication-kubeconfig", str(self.host_kubeconfig),
+                     "--authorization-kubeconfig", str(self.host_kubeconfig)]
+        else:
+            args += ["--client-ca-file", str(self.pki.ca)]
+        return args + self.extra_args
 
     def ready(self) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.serving_ca))
+        ctx.check_hostname = False  # the serving certificate may name only the in-cluster Service
         try:
-            with urllib.request.urlopen(self.url + "/readyz", timeout=2,
-                                        context=self.pki.ssl_context(None)) as resp:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=2, context=ctx) as resp:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):
             return False
@@ -262,6 +270,13 @@ class ApiServer:
         except TimeoutError as e:
             raise TimeoutError(f"{e}\n{self.proc.tail()}") from None
         return self
+
+    @property
+    def serving_ca(self) -> Path:
+        """The CA that issued the serving certificate (beside it as ca.crt, or the Pki's)."""
+        if self.serving is not None:
+            return self.serving[0].parent / "ca.crt"
+        return self.pki.ca
 
     def stop(self) -> None:
         (self.proc or Proc("vc-apiserver", [], self.log, self.pidfile)).stop()
