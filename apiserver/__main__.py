@@ -10,6 +10,7 @@ import ssl
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvloop
 from aiohttp import web
@@ -36,6 +37,10 @@ from .delegated import (
 from .etcd import EtcdClient, EtcdConfig
 from .kubeclient import KubeClient, in_cluster, running_in_cluster
 from .metrics import Metrics
+from .secrets import SecretStore, load_key_file
+
+if TYPE_CHECKING:
+    from reconciler.runtime.base import ControlPlaneRuntime
 
 log = logging.getLogger("vc-apiserver")
 
@@ -73,6 +78,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--enable-reconciler", default="true", choices=["true", "false"],
                    help="run the embedded reconcile loop (with leader election)")
     p.add_argument("--leader-elect-lease-duration", type=int, default=15, help="seconds")
+    p.add_argument("--control-plane-runtime", default="none", choices=["none", "process"],
+                   help="how tenant control planes run: process = local processes (playground, tests)")
+    p.add_argument("--runtime-dir", default=".local/tenants", help="process runtime: tenant data directories")
+    p.add_argument("--runtime-bin-dir", default=".local/bin",
+                   help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler are")
+    p.add_argument("--tenant-port-range", default="40000-49999", help="process runtime: ports for tenant components")
+    p.add_argument("--concurrent-reconciles", type=int, default=4, help="VirtualClusters reconciled at once")
+    p.add_argument("--encryption-key-file",
+                   help="AES key (base64, 16/24/32 bytes) encrypting tenant private keys in etcd; required by a "
+                        "control-plane runtime")
+    p.add_argument("--max-kubeconfig-expiration", type=int, default=365 * 86400,
+                   help="longest lifetime, in seconds, of a kubeconfig handed out by the kubeconfig subresource")
     p.add_argument("--identity", default="", help="this replica's name for leader election (default: host:pid)")
     p.add_argument("-v", "--v", type=int, default=1, help="log verbosity (0-4)")
     return p.parse_args(argv)
@@ -151,8 +168,22 @@ def build_state(args: argparse.Namespace, security: Security) -> ServerState:
         cafile=args.etcd_cafile, certfile=args.etcd_certfile, keyfile=args.etcd_keyfile,
         request_timeout=args.etcd_request_timeout), observe=metrics.observe_etcd)
     admission = [NamespaceLifecycle(security.host)] if security.host is not None else []
+    secrets = SecretStore(etcd, load_key_file(args.encryption_key_file)) if args.encryption_key_file else None
     return ServerState(etcd=etcd, authenticator=security.authenticator, authorizer=security.authorizer,
-                       metrics=metrics, version=version_info(), host=security.host, admission=admission)
+                       metrics=metrics, version=version_info(), host=security.host, admission=admission,
+                       secrets=secrets, max_kubeconfig_expiration=args.max_kubeconfig_expiration)
+
+
+def build_runtime(args: argparse.Namespace) -> ControlPlaneRuntime | None:
+    from reconciler.runtime.process import ProcessRuntime
+
+    if args.control_plane_runtime == "none":
+        return None
+    if not args.encryption_key_file:
+        raise SystemExit("--control-plane-runtime needs --encryption-key-file (tenant keys are stored encrypted)")
+    low, _, high = args.tenant_port_range.partition("-")
+    return ProcessRuntime(Path(args.runtime_dir).resolve(), Path(args.runtime_bin_dir).resolve(),
+                          (int(low), int(high)))
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -169,8 +200,9 @@ async def serve(args: argparse.Namespace) -> None:
     for client in {c for c in (security.host,) if c is not None}:
         app.on_cleanup.append(lambda _app, c=client: c.close())
     if args.enable_reconciler == "true":
-        from reconciler.manager import attach
-        attach(app, app[STATE], lease_duration=args.leader_elect_lease_duration, identity=args.identity)
+        from reconciler.manager import attach  # the embedded loop is optional; import it only when used
+        attach(app, app[STATE], build_runtime(args), lease_duration=args.leader_elect_lease_duration,
+               identity=args.identity, workers=args.concurrent_reconciles)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, args.bind_address, args.secure_port, ssl_context=serving, backlog=1024)

@@ -17,11 +17,14 @@ from . import __version__, discovery, errors, openapi, wire
 from .admission import Admission
 from .auth import ANONYMOUS_USER, Attributes, Authenticator, Authorizer, forbidden_message, is_health_path
 from .etcd import EtcdClient, EtcdError
+from .events import EventRecorder
 from .handlers import ResourceHandlers
 from .kubeclient import KubeClient
+from .kubeconfig import KubeconfigIssuer
 from .metrics import Metrics
 from .registry import Registry
 from .resource import VIRTUALCLUSTERS, ResourceInfo
+from .secrets import SecretStore
 from .selectors import parse_field_selector
 from .storage import Store
 from .virtualcluster import VirtualClusterStrategy
@@ -43,6 +46,9 @@ class ServerState:
     version: dict[str, str]
     host: KubeClient | None = None
     admission: list[Admission] = field(default_factory=list)
+    secrets: SecretStore | None = None
+    max_kubeconfig_expiration: int = 365 * 86400
+    events: EventRecorder = field(init=False)
     store: Store = field(init=False)
     registry: Registry = field(init=False)
     started: float = field(default_factory=time.monotonic)
@@ -281,14 +287,8 @@ def build_app(state: ServerState) -> web.Application:
     state.readiness_checks.setdefault("etcd", etcd_check)
     state.readiness_checks.setdefault("watch-cache", cache_check)
 
-    async def kubeconfig(request: web.Request) -> web.Response:
-        ns, name = request.match_info["namespace"], request.match_info["name"]
-        obj = await state.registry.get(ns, name)
-        phase = (obj.get("status") or {}).get("phase") or "Pending"
-        raise errors.ApiError(409, "Conflict",
-                              f'virtualclusters.kosmos.io "{name}" is not ready: phase is {phase}; '
-                              f"no control-plane runtime is configured yet", name=name,
-                              group=VIRTUALCLUSTERS.group, kind=VIRTUALCLUSTERS.resource)
+    state.events = EventRecorder(state.host)
+    kubeconfig = KubeconfigIssuer(state.registry, state.secrets, state.events, state.max_kubeconfig_expiration)
 
     async def version(request: web.Request) -> web.Response:
         return wire.render(state.version)
@@ -314,7 +314,7 @@ def build_app(state: ServerState) -> web.Application:
         web.get(item + "/{subresource:status}", handlers.get, name="vc.subresource"),
         web.put(item + "/{subresource:status}", handlers.update, name="vc.subresource.put"),
         web.patch(item + "/{subresource:status}", handlers.patch, name="vc.subresource.patch"),
-        web.get(item + "/{subresource:kubeconfig}", kubeconfig, name="vc.subresource.kubeconfig"),
+        web.get(item + "/{subresource:kubeconfig}", kubeconfig.handle, name="vc.subresource.kubeconfig"),
         web.get("/version", version),
         web.get("/metrics", metrics),
         *discovery_routes([VIRTUALCLUSTERS]),

@@ -88,6 +88,13 @@ def load_kubeconfig(path: str | Path, context: str | None = None) -> ClusterAcce
     return ClusterAccess(cluster["server"].rstrip("/"), sslctx, user.get("token", ""), user.get("tokenFile", ""))
 
 
+def access_from_pem(server: str, ca: bytes, cert: bytes, key: bytes) -> ClusterAccess:
+    """Access with in-memory PEMs (a tenant's admin credential)."""
+    sslctx = ssl.create_default_context(cadata=ca.decode())
+    _load_chain(sslctx, cert, key)
+    return ClusterAccess(server.rstrip("/"), sslctx)
+
+
 def in_cluster() -> ClusterAccess:
     host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     if ":" in host:

@@ -13,21 +13,22 @@ from aiohttp import web
 from apiserver import errors
 from apiserver.app import ServerState
 
+from .controlplane import ControlPlaneController, Requeue
 from .informer import Informer, split_key
 from .leader import LeaderElector
-from .lifecycle import LifecycleController
+from .runtime.base import ControlPlaneRuntime
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 
 class Manager:
-    def __init__(self, state: ServerState, identity: str, lease_duration: int, workers: int = 4,
-                 resync_period: float = 300.0) -> None:
+    def __init__(self, state: ServerState, identity: str, lease_duration: int, runtime: ControlPlaneRuntime | None,
+                 workers: int = 4, resync_period: float = 60.0) -> None:
         self.state = state
         self.workers = workers
         self.resync_period = resync_period
-        self.controller = LifecycleController(state.registry)
+        self.controller = ControlPlaneController(state.registry, runtime, state.secrets, state.events)
         self.elector = LeaderElector(state.etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
 
@@ -60,6 +61,9 @@ class Manager:
             try:
                 await self.controller.reconcile(*split_key(key))
                 queue.forget(key)
+            except Requeue as again:
+                queue.forget(key)
+                queue.add_after(key, again.after)
             except errors.ApiError as e:
                 delay = queue.add_rate_limited(key)
                 level = logging.DEBUG if e.code == 409 else logging.WARNING
@@ -71,8 +75,9 @@ class Manager:
                 queue.done(key)
 
 
-def attach(app: web.Application, state: ServerState, lease_duration: int = 15, identity: str = "") -> Manager:
-    manager = Manager(state, identity or f"{socket.gethostname()}:{os.getpid()}", lease_duration)
+def attach(app: web.Application, state: ServerState, runtime: ControlPlaneRuntime | None, lease_duration: int = 15,
+           identity: str = "", workers: int = 4) -> Manager:
+    manager = Manager(state, identity or f"{socket.gethostname()}:{os.getpid()}", lease_duration, runtime, workers)
 
     async def on_startup(_: web.Application) -> None:
         await manager.start()

@@ -1,0 +1,75 @@
+"""``python -m bench``: run the side-by-side suite and write its reports.
+
+    python -m bench                      # full run (10,000 objects), ~15 minutes on 2 cores
+    python -m bench --scale 0.02         # smoke run (200 objects), ~1-2 minutes
+    python -m bench --target via-aggregator=host.kubeconfig   # one more target serving ours' objects
+
+A smoke run writes only the JSON; ``docs/`` are rewritten by full-scale runs (or ``--docs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import uvloop
+
+from . import config, report, suite
+from .workloads import log
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = REPO / "bench" / "results" / "latest.json"
+DOCS_MD = REPO / "docs" / "benchmarks.md"
+DOCS_PNG = REPO / "docs" / "benchmarks.png"
+STEPS = ("get", "list", "kubectl", "update", "watch")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    config.add_arguments(p)
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON, help="results file (default %(default)s)")
+    p.add_argument("--docs", action=argparse.BooleanOptionalAction, default=None,
+                   help="rewrite docs/benchmarks.md and docs/benchmarks.png (default: only at --scale >= 1)")
+    p.add_argument("--only", default="", help=f"comma-separated subset of {','.join(STEPS)} (create and memory "
+                   "always run: they build the population)")
+    p.add_argument("--target", action="append", default=[], metavar="NAME=KUBECONFIG",
+                   help="an extra target serving ours' objects, e.g. through the host aggregator")
+    p.add_argument("--workdir", type=Path, help="keep data and logs here (default: a temporary directory, removed)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    scale = config.from_args(args)
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or None
+    extra = [(name, Path(path)) for name, _, path in (t.partition("=") for t in args.target)]
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="vc-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    log(f"bench: {scale.as_dict()} in {workdir}")
+    try:
+        results, meta = uvloop.run(suite.run(scale, workdir, extra, only))
+    except BaseException:
+        log(f"bench failed; logs kept in {workdir / 'log'}")
+        raise
+    if args.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    meta["machine"] = report.machine()
+    document = report.to_json(results, meta)
+    report.write_json(args.json, document)
+    print(report.render_text(results))
+    print()
+    print(report.render_usage(results.usage_summary()))
+    print(f"\nresults: {args.json}")
+    if args.docs if args.docs is not None else args.scale >= 1.0 and only is None:
+        report.update_markdown(DOCS_MD, report.render_markdown(results, meta))
+        report.write_chart(DOCS_PNG, results)
+        print(f"docs: {DOCS_MD}, {DOCS_PNG}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""A tenant control plane's PKI: everything its four components and its admins need.
+
+Generated once per VirtualCluster (ECDSA P-256: fast), serialised as a mapping of
+file name → PEM for the encrypted secret store, and renewed when any certificate
+nears expiry. Generation is CPU work: call :func:`generate` from a thread.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cryptography import x509
+
+from . import pki
+
+TENANT_ADMINS = "kosmos:tenant-admins"
+VALIDITY_DAYS = 365
+RENEW_BEFORE = dt.timedelta(days=30)
+
+# file stem → (CA stem, common name, organizations, usages)
+_LEAVES: dict[str, tuple[str, str, tuple[str, ...], tuple[x509.ObjectIdentifier, ...]]] = {
+    "apiserver-etcd-client": ("etcd-ca", "kube-apiserver-etcd-client", (), (pki.CLIENT_AUTH,)),
+    "front-proxy-client": ("front-proxy-ca", "front-proxy-client", (), (pki.CLIENT_AUTH,)),
+    "controller-manager": ("ca", "system:kube-controller-manager", (), (pki.CLIENT_AUTH,)),
+    "scheduler": ("ca", "system:kube-scheduler", (), (pki.CLIENT_AUTH,)),
+    "admin": ("ca", "kubernetes-admin", ("system:masters",), (pki.CLIENT_AUTH,)),
+}
+
+
+def apiserver_sans(endpoint_host: str, extra: Iterable[str], service_ip: str) -> list[str]:
+    """SANs of the tenant apiserver: its endpoint, external IPs, in-cluster names, loopback."""
+    return [endpoint_host, *extra, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local", service_ip, "127.0.0.1", "localhost"]
+
+
+@dataclass(frozen=True)
+class TenantPki:
+    """PEM files by name (``ca.crt``, ``ca.key``, ``apiserver.crt``, ``sa.key``, ...)."""
+
+    files: Mapping[str, bytes]
+
+    def cert(self, stem: str) -> x509.Certificate:
+        return pki.load_cert(self.files[f"{stem}.crt"])
+
+    def pair(self, stem: str) -> pki.KeyPair:
+        return pki.KeyPair(self.cert(stem), pki.load_key(self.files[f"{stem}.key"]))
+
+    def sans(self) -> set[str]:
+        ext = self.cert("apiserver").extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return {str(n) for n in ext.get_values_for_type(x509.DNSName)} | {
+            str(ip) for ip in ext.get_values_for_type(x509.IPAddress)}
+
+    def needs_renewal(self, now: dt.datetime | None = None) -> bool:
+        now = now or dt.datetime.now(dt.UTC)
+        return any(pki.load_cert(pem).not_valid_after_utc - now < RENEW_BEFORE
+                   for name, pem in self.files.items() if name.endswith(".crt"))
+
+    def mint_client(self, user: str, groups: Iterable[str], not_after: dt.datetime) -> pki.KeyPair:
+        """A client certificate signed by the cluster CA (for kubeconfigs handed to users)."""
+        return pki.new_leaf(self.pair("ca"), user, organizations=tuple(groups), not_after=not_after)
+
+
+def generate(sans: list[str], previous: TenantPki | None = None) -> TenantPki:
+    """A full PKI; with ``previous``, its CAs and service-account key are kept (renewal)."""
+    files: dict[str, bytes] = {}
+    cas: dict[str, pki.KeyPair] = {}
+    for stem, cn in (("ca", "kubernetes"), ("front-proxy-ca", "front-proxy-ca"), ("etcd-ca", "etcd-ca")):
+        pair = previous.pair(stem) if previous else pki.new_ca(cn)
+        cas[stem] = pair
+        files[f"{stem}.crt"], files[f"{stem}.key"] = pair.cert_pem, pair.key_pem
+
+    def leaf(stem: str, ca: str, cn: str, orgs: tuple[str, ...], usages: tuple[x509.ObjectIdentifier, ...],
+             hosts: Iterable[str] = ()) -> None:
+        pair = pki.new_leaf(cas[ca], cn, organizations=orgs, hosts=hosts, usages=usages, days=VALIDITY_DAYS)
+        files[f"{stem}.crt"], files[f"{stem}.key"] = pair.cert_pem, pair.key_pem
+
+    leaf("apiserver", "ca", "kube-apiserver", (), (pki.SERVER_AUTH,), sans)
+    leaf("etcd-server", "etcd-ca", "etcd-server", (), (pki.SERVER_AUTH, pki.CLIENT_AUTH),
+         ["127.0.0.1", "localhost"])
+    leaf("etcd-peer", "etcd-ca", "etcd-peer", (), (pki.SERVER_AUTH, pki.CLIENT_AUTH), ["127.0.0.1", "localhost"])
+    for stem, (ca, cn, orgs, usages) in _LEAVES.items():
+        leaf(stem, ca, cn, orgs, usages)
+    if previous and "sa.key" in previous.files:
+        files["sa.key"], files["sa.pub"] = previous.files["sa.key"], previous.files["sa.pub"]
+    else:
+        sa = pki.new_key()
+        files["sa.key"], files["sa.pub"] = pki.key_pem(sa), pki.public_key_pem(sa)
+    return TenantPki(files)

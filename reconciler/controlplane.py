@@ -1,0 +1,170 @@
+"""The control-plane controller: each VirtualCluster gets a tenant control plane, and loses it on delete.
+
+Phases as API.md says: ``Pending`` (accepted) → ``Preparing`` (PKI and components
+being built) → ``Initialized`` (control plane ready, nodes joining) → ``Completed``;
+``Deleting`` during teardown, after which the finalizer is removed. Failures are
+reported in conditions and retried with back-off; no phase is a dead end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from apiserver import errors
+from apiserver.events import EventRecorder
+from apiserver.registry import Registry
+from apiserver.resource import FINALIZER
+from apiserver.secrets import PKI_KIND, SecretStore
+from apiserver.virtualcluster import desired_nodes
+from certs import tenant as tenantpki
+from certs.tenant import TenantPki
+
+from .runtime.base import ControlPlaneRuntime, RuntimeFailure
+from .runtime.process import SERVICE_CIDR
+from .status import StatusWriter, get_condition, patch_object
+from .tenant import bootstrap_tenant
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+NO_RUNTIME_REASON = "NoControlPlaneRuntime"
+NO_RUNTIME_MESSAGE = "no control-plane runtime is configured (--control-plane-runtime); the control plane will not be built"
+NO_PROMOTION_REASON = "NodePromotionUnavailable"
+POLL = 1.0  # seconds between readiness checks while a control plane starts
+
+
+@dataclass
+class Requeue(Exception):
+    """Not an error: look again after ``after`` seconds."""
+
+    after: float
+
+
+def service_ip(cidr: str = SERVICE_CIDR) -> str:
+    base, _ = cidr.split("/")
+    parts = base.split(".")
+    return ".".join([*parts[:3], str(int(parts[3]) + 1)])
+
+
+class ControlPlaneController:
+    def __init__(self, registry: Registry, runtime: ControlPlaneRuntime | None, secrets: SecretStore | None,
+                 events: EventRecorder) -> None:
+        self.registry = registry
+        self.runtime = runtime
+        self.secrets = secrets
+        self.events = events
+
+    async def reconcile(self, namespace: str, name: str) -> None:
+        try:
+            obj = await self.registry.get(namespace, name)
+        except errors.ApiError as e:
+            if e.code == 404:
+                return
+            raise
+        if obj["metadata"].get("deletionTimestamp"):
+            await self._delete(obj)
+        elif self.runtime is None or self.secrets is None:
+            await self._no_runtime(obj)
+        else:
+            await self._build(obj, self.runtime, self.secrets)
+
+    # -- build -----------------------------------------------------------------------
+
+    async def _pki(self, obj: Obj, runtime: ControlPlaneRuntime, secrets: SecretStore) -> TenantPki:
+        meta = obj["metadata"]
+        spec = obj.get("spec") or {}
+        sans = tenantpki.apiserver_sans(runtime.endpoint_host(obj), spec.get("externalIps") or [], service_ip())
+        stored = await secrets.get(PKI_KIND, meta["namespace"], meta["name"])
+        current = None
+        if stored is not None and stored.get("uid", b"").decode() == meta.get("uid"):
+            current = TenantPki({k: v for k, v in stored.items() if k != "uid"})
+            if not current.needs_renewal() and set(sans) <= current.sans():
+                return current
+            log.info("renewing the PKI of %s/%s", meta["namespace"], meta["name"])
+        fresh = await asyncio.to_thread(tenantpki.generate, sans, current)
+        await secrets.put(PKI_KIND, meta["namespace"], meta["name"],
+                          {**fresh.files, "uid": meta.get("uid", "").encode()})
+        return fresh
+
+    async def _build(self, obj: Obj, runtime: ControlPlaneRuntime, secrets: SecretStore) -> None:
+        status = obj.get("status") or {}
+        cp_ready = get_condition(obj, "ControlPlaneReady")
+        if not status.get("phase"):
+            writer = StatusWriter(self.registry, obj)
+            writer.phase("Pending", "Accepted", "the virtual cluster was accepted; its control plane will be built")
+            for type_ in ("ControlPlaneReady", "NodesReady", "Ready"):
+                writer.condition(type_, False, "Pending", "the control plane has not been built yet")
+            obj = await writer.write()
+            await self.events.record(obj, "Normal", "Accepted", "virtual cluster accepted")
+        writer = StatusWriter(self.registry, obj)
+        if cp_ready is None or cp_ready.get("status") != "True":
+            writer.phase("Preparing", "BuildingControlPlane", f"building the control plane ({runtime.name} runtime)")
+        try:
+            pki = await self._pki(obj, runtime, secrets)
+            state = await runtime.ensure(obj, pki)
+            if state.ready and (cp_ready is None or cp_ready.get("status") != "True"):
+                await bootstrap_tenant(pki, state.endpoint)
+        except RuntimeFailure as e:
+            writer.phase("Preparing", e.reason, e.message)
+            writer.condition("ControlPlaneReady", False, e.reason, e.message)
+            writer.condition("Ready", False, e.reason, e.message)
+            await self._write_and_report(obj, writer, "Warning", e.reason, e.message)
+            raise Requeue(10.0) from None
+        writer.set(controlPlaneEndpoint=state.endpoint, port=state.port)
+        if not state.ready:
+            writer.condition("ControlPlaneReady", False, state.reason, state.message)
+            writer.condition("Ready", False, state.reason, state.message)
+            if state.reason != "Starting":
+                writer.phase("Preparing", state.reason, state.message)
+            await self._write_and_report(obj, writer, "Warning" if state.reason != "Starting" else "Normal",
+                                         state.reason, state.message)
+            raise Requeue(POLL)
+        writer.condition("ControlPlaneReady", True, state.reason, state.message)
+        desired = desired_nodes(obj)
+        if desired == 0:
+            writer.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
+            writer.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")
+            writer.phase("Completed", "Ready", f"control plane ready at {state.endpoint}")
+        else:
+            message = (f"the spec asks for {desired} node(s) but node promotion is not available in this "
+                       f"version; the control plane is ready at {state.endpoint}")
+            writer.condition("NodesReady", False, NO_PROMOTION_REASON, message)
+            writer.condition("Ready", False, NO_PROMOTION_REASON, message)
+            writer.phase("Initialized", NO_PROMOTION_REASON, message)
+        await self._write_and_report(obj, writer, "Normal", "ControlPlaneReady", state.message)
+
+    async def _write_and_report(self, obj: Obj, writer: StatusWriter, type_: str, reason: str, message: str) -> None:
+        before = (obj.get("status") or {}).get("reason")
+        new = await writer.write()
+        if (new.get("status") or {}).get("reason") != before:
+            await self.events.record(new, type_, reason, message)
+
+    async def _no_runtime(self, obj: Obj) -> None:
+        writer = StatusWriter(self.registry, obj)
+        writer.phase("Pending", NO_RUNTIME_REASON, NO_RUNTIME_MESSAGE)
+        for type_ in ("ControlPlaneReady", "NodesReady", "Ready"):
+            writer.condition(type_, False, NO_RUNTIME_REASON, NO_RUNTIME_MESSAGE)
+        await writer.write()
+
+    # -- delete ----------------------------------------------------------------------
+
+    async def _delete(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return
+        if (obj.get("status") or {}).get("phase") != "Deleting":
+            writer = StatusWriter(self.registry, obj)
+            writer.phase("Deleting", "TearingDown", "removing the control plane")
+            obj = await writer.write()
+            await self.events.record(obj, "Normal", "Deleting", "removing the control plane")
+        if self.runtime is not None:
+            await self.runtime.teardown(meta["namespace"], meta["name"])
+        if self.secrets is not None:
+            await self.secrets.delete(PKI_KIND, meta["namespace"], meta["name"])
+        remaining = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        await patch_object(self.registry, obj, {"metadata": {"finalizers": remaining or None}})
+        log.info("deleted %s/%s: control plane removed, finalizer released", meta["namespace"], meta["name"])

@@ -1,0 +1,46 @@
+"""The control-plane runtime contract: one interface, chosen by ``--control-plane-runtime``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from certs.tenant import TenantPki
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ControlPlaneState:
+    """What a runtime can say about one tenant control plane right now."""
+
+    ready: bool
+    reason: str
+    message: str
+    endpoint: str = ""  # https://host:port of the tenant apiserver, once known
+    port: int = 0
+
+
+class RuntimeFailure(Exception):
+    """A failure the runtime explains (reported as a condition; the reconcile is retried)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class ControlPlaneRuntime(Protocol):
+    name: str
+
+    def endpoint_host(self, vc: Obj) -> str:
+        """The host the tenant apiserver is reached at (a SAN of its certificate)."""
+
+    async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
+        """Create, adopt or repair the control plane; idempotent; never waits for readiness."""
+
+    async def teardown(self, namespace: str, name: str) -> None:
+        """Remove everything the control plane owns; idempotent."""
+
+    async def owned(self) -> list[tuple[str, str]]:
+        """(namespace, name) of every control plane this runtime currently has (for orphan cleanup)."""

@@ -1,0 +1,335 @@
+"""The ``process`` runtime: a tenant control plane as four local processes.
+
+Each tenant gets a directory (PKI files, etcd data, logs, ``state.json`` with its
+ports) and four processes — etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler — in their own sessions, so they outlive a vc-apiserver restart and
+are adopted (matched by pid and command line) rather than started twice. A component
+that died is restarted with capped back-off and its last log line is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from certs import pki as pkilib
+from certs.tenant import TenantPki
+
+from .base import ControlPlaneState, Obj, RuntimeFailure
+
+log = logging.getLogger(__name__)
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+PORT_NAMES = ("apiserver", "etcd-client", "etcd-peer", "controller-manager", "scheduler")
+SERVICE_CIDR = "10.96.0.0/16"
+MAX_BACKOFF = 30.0
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def can_bind(host: str) -> bool:
+    """Whether this machine owns ``host`` (an address the apiserver could listen on)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, 0))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class _Health:
+    restarts: int = 0
+    next_start: float = 0.0
+    last_error: str = ""
+
+
+@dataclass
+class ProcessRuntime:
+    """Tenant control planes under ``root``, with ports from ``port_range``."""
+
+    root: Path
+    bin_dir: Path
+    port_range: tuple[int, int] = (40000, 49999)
+    name: str = "process"
+    _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
+    _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    # -- layout ------------------------------------------------------------------------
+
+    def dir(self, namespace: str, name: str) -> Path:
+        return self.root / namespace / name
+
+    def _state_path(self, namespace: str, name: str) -> Path:
+        return self.dir(namespace, name) / "state.json"
+
+    def _read_state(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self._state_path(namespace, name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def endpoint_host(self, vc: Obj) -> str:
+        return (vc.get("spec") or {}).get("externalIP") or "127.0.0.1"
+
+    async def owned(self) -> list[tuple[str, str]]:
+        if not self.root.exists():
+            return []
+        return [(ns.name, d.name) for ns in self.root.iterdir() if ns.is_dir()
+                for d in ns.iterdir() if (d / "state.json").exists()]
+
+    def _allocate_ports(self, host: str) -> dict[str, int]:
+        """Free ports, skipping every port another tenant here has recorded."""
+        taken: set[int] = set()
+        if self.root.exists():
+            for state in self.root.glob("*/*/state.json"):
+                with contextlib.suppress(ValueError, OSError):
+                    taken |= set(json.loads(state.read_text())["ports"].values())
+        ports: dict[str, int] = {}
+        start, end = self.port_range
+        candidate = start + (os.getpid() * 7) % max(end - start, 1)
+        for _ in range(end - start):
+            candidate = start + (candidate - start + 1) % (end - start)
+            if candidate in taken or candidate in ports.values():
+                continue
+            bind_host = host if PORT_NAMES[len(ports)] == "apiserver" else "127.0.0.1"
+            if _port_free(bind_host, candidate):
+                ports[PORT_NAMES[len(ports)]] = candidate
+                if len(ports) == len(PORT_NAMES):
+                    return ports
+        raise RuntimeFailure("NoFreePorts", f"no free ports in {start}-{end} for a control plane")
+
+    # -- files -----------------------------------------------------------------------
+
+    def _write_pki(self, base: Path, tenant: TenantPki, server: str) -> None:
+        pki_dir = base / "pki"
+        pki_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for filename, pem in tenant.files.items():
+            path = pki_dir / filename
+            if path.exists() and path.read_bytes() == pem:
+                continue
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(pem)
+        ca = tenant.files["ca.crt"]
+        for stem in ("controller-manager", "scheduler", "admin"):
+            config = pkilib.kubeconfig(server, ca, stem, tenant.files[f"{stem}.crt"], tenant.files[f"{stem}.key"])
+            path = base / f"{stem}.kubeconfig"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(config, f)
+
+    def _commands(self, base: Path, ports: dict[str, int], bind: str) -> dict[str, list[str]]:
+        p = base / "pki"
+        b = self.bin_dir
+        etcd_url = f"https://127.0.0.1:{ports['etcd-client']}"
+        peer_url = f"https://127.0.0.1:{ports['etcd-peer']}"
+        return {
+            "etcd": [str(b / "etcd"), "--name", "tenant", "--data-dir", str(base / "etcd"),
+                     "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+                     "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                     "--initial-cluster", f"tenant={peer_url}", "--listen-metrics-urls", "",
+                     "--cert-file", str(p / "etcd-server.crt"), "--key-file", str(p / "etcd-server.key"),
+                     "--trusted-ca-file", str(p / "etcd-ca.crt"), "--client-cert-auth",
+                     "--peer-cert-file", str(p / "etcd-peer.crt"), "--peer-key-file", str(p / "etcd-peer.key"),
+                     "--peer-trusted-ca-file", str(p / "etcd-ca.crt"), "--peer-client-cert-auth",
+                     "--log-level", "warn", "--snapshot-count", "10000"],
+            "kube-apiserver": [
+                str(b / "kube-apiserver"), f"--bind-address={bind}", f"--advertise-address={bind}",
+                f"--secure-port={ports['apiserver']}", "--endpoint-reconciler-type=none",
+                f"--etcd-servers={etcd_url}", f"--etcd-cafile={p / 'etcd-ca.crt'}",
+                f"--etcd-certfile={p / 'apiserver-etcd-client.crt'}",
+                f"--etcd-keyfile={p / 'apiserver-etcd-client.key'}",
+                f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
+                f"--client-ca-file={p / 'ca.crt'}", "--authorization-mode=Node,RBAC",
+                f"--requestheader-client-ca-file={p / 'front-proxy-ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
+                "--enable-admission-plugins=NodeRestriction", "--v=1"],
+            "kube-controller-manager": [
+                str(b / "kube-controller-manager"), f"--kubeconfig={base / 'controller-manager.kubeconfig'}",
+                f"--authentication-kubeconfig={base / 'controller-manager.kubeconfig'}",
+                f"--authorization-kubeconfig={base / 'controller-manager.kubeconfig'}",
+                "--bind-address=127.0.0.1", f"--secure-port={ports['controller-manager']}", "--leader-elect=false",
+                f"--service-account-private-key-file={p / 'sa.key'}", f"--root-ca-file={p / 'ca.crt'}",
+                f"--cluster-signing-cert-file={p / 'ca.crt'}", f"--cluster-signing-key-file={p / 'ca.key'}",
+                "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller", "--profiling=false",
+                "--v=1"],
+            "kube-scheduler": [
+                str(b / "kube-scheduler"), f"--kubeconfig={base / 'scheduler.kubeconfig'}",
+                f"--authentication-kubeconfig={base / 'scheduler.kubeconfig'}",
+                f"--authorization-kubeconfig={base / 'scheduler.kubeconfig'}",
+                "--bind-address=127.0.0.1", f"--secure-port={ports['scheduler']}", "--leader-elect=false",
+                "--profiling=false", "--v=1"],
+        }
+
+    # -- processes -------------------------------------------------------------------
+
+    def _alive(self, pid: int, base: Path) -> bool:
+        """Alive and ours: a recycled pid running something else does not count."""
+        child = self._children.get(pid)
+        if child is not None and child.poll() is not None:  # reaps our own exited children
+            del self._children[pid]
+            return False
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        if str(base).encode() not in cmdline:
+            return False
+        try:
+            status = Path(f"/proc/{pid}/stat").read_text()
+            return status.rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    def _pid(self, base: Path, component: str) -> int:
+        try:
+            return int((base / f"{component}.pid").read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _spawn(self, base: Path, component: str, command: list[str]) -> int:
+        logs = base / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{component}.log", "ab") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=base)
+        (base / f"{component}.pid").write_text(str(proc.pid))
+        self._children[proc.pid] = proc
+        return proc.pid
+
+    @staticmethod
+    def _last_error(base: Path, component: str) -> str:
+        try:
+            lines = (base / "logs" / f"{component}.log").read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return ""
+        for line in reversed(lines[-50:]):
+            text = line.strip()
+            if text and any(w in text.lower() for w in ("error", "fatal", "failed", "cannot", "panic")):
+                return text[-300:]
+        return lines[-1][-300:] if lines else ""
+
+    # -- the contract ----------------------------------------------------------------
+
+    async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
+        meta = vc["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        base = self.dir(namespace, name)
+        host = self.endpoint_host(vc)
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise RuntimeFailure("ExternalIPNotAnAddress",
+                                 f"the process runtime listens on an IP address; externalIP {host!r} is a name") from None
+        if not can_bind(host):
+            raise RuntimeFailure("ExternalIPUnavailable",
+                                 f"externalIP {host} is not an address of this machine, so the process runtime "
+                                 f"cannot serve the tenant apiserver on it; use an address this host owns or "
+                                 f"leave externalIP empty")
+        async with self._lock:
+            state = self._read_state(namespace, name)
+            if state is None or state.get("uid") != meta.get("uid"):
+                if state is not None:
+                    await self._stop_all(base)
+                    shutil.rmtree(base, ignore_errors=True)
+                base.mkdir(parents=True, exist_ok=True, mode=0o700)
+                state = {"uid": meta.get("uid"), "host": host, "ports": self._allocate_ports(host)}
+                self._state_path(namespace, name).write_text(json.dumps(state))
+        ports = state["ports"]
+        endpoint = f"https://{host}:{ports['apiserver']}"
+        self._write_pki(base, pki, f"https://127.0.0.1:{ports['apiserver']}" if host == "127.0.0.1" else endpoint)
+        commands = self._commands(base, ports, host)
+        problems = []
+        now = time.monotonic()
+        for component in COMPONENTS:
+            if self._alive(self._pid(base, component), base):
+                continue
+            health = self._health.setdefault((namespace, name, component), _Health())
+            if self._pid(base, component):
+                health.last_error = self._last_error(base, component)
+                if health.next_start == 0.0:
+                    health.restarts += 1
+                    health.next_start = now + min(2 ** min(health.restarts, 5), MAX_BACKOFF)
+            if now >= health.next_start:
+                pid = self._spawn(base, component, commands[component])
+                health.next_start = 0.0
+                log.info("started %s for %s/%s (pid %d)", component, namespace, name, pid)
+            if health.restarts:
+                problems.append(f"{component} exited {health.restarts} time(s), last: {health.last_error}")
+        ready = await self._readyz(base, endpoint, pki)
+        if ready:
+            for component in COMPONENTS:
+                self._health.pop((namespace, name, component), None)
+            return ControlPlaneState(True, "ControlPlaneRunning", f"tenant apiserver ready at {endpoint}",
+                                     endpoint, ports["apiserver"])
+        if problems:
+            return ControlPlaneState(False, "ComponentRestarting", "; ".join(problems), endpoint, ports["apiserver"])
+        return ControlPlaneState(False, "Starting", f"waiting for the tenant apiserver at {endpoint} to be ready",
+                                 endpoint, ports["apiserver"])
+
+    async def _readyz(self, base: Path, endpoint: str, tenant: TenantPki) -> bool:
+        ctx = ssl.create_default_context(cadata=tenant.files["ca.crt"].decode())
+        ctx.load_cert_chain(str(base / "pki" / "admin.crt"), str(base / "pki" / "admin.key"))
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session, \
+                    session.get(endpoint + "/readyz", timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
+
+    async def _stop_all(self, base: Path) -> None:
+        """Kill every component now: their data is removed right after, nothing to flush."""
+        pids = [self._pid(base, c) for c in COMPONENTS]
+        for pid in pids:
+            if pid and self._alive(pid, base):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+        for _ in range(50):  # reaped within a few hundred milliseconds
+            if not any(pid and self._alive(pid, base) for pid in pids):
+                return
+            await asyncio.sleep(0.1)
+
+    async def teardown(self, namespace: str, name: str) -> None:
+        base = self.dir(namespace, name)
+        if base.exists():
+            await self._stop_all(base)
+            shutil.rmtree(base, ignore_errors=True)
+        for component in COMPONENTS:
+            self._health.pop((namespace, name, component), None)
+        with contextlib.suppress(OSError):
+            base.parent.rmdir()
+
+    def admin_kubeconfig(self, namespace: str, name: str) -> Path:
+        return self.dir(namespace, name) / "admin.kubeconfig"

@@ -1,0 +1,329 @@
+"""Registering and deploying vc-apiserver on a real host cluster (kube-apiserver with the aggregation
+layer, kube-controller-manager), driven by `python -m apiservice` and kubectl as a platform team would."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from apiservice import tls
+from apiservice.manifests import APISERVICE, DEPLOY, SECRETS
+from hack.harness import REPO, ApiServer, Etcd, HostCluster, Pki, free_port, wait_until
+
+pytestmark = pytest.mark.e2e
+
+NAMESPACE = "kosmos-system"
+SA_USER = "system:serviceaccount:kosmos-system:vc-apiserver"
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+
+
+def apiservice(*args: str | Path | int, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """The installer exactly as users run it."""
+    proc = subprocess.run([sys.executable, "-m", "apiservice", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"python -m apiservice {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def docs(stream: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(stream) if d]
+
+
+def of_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def load_cert(path: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostCluster]:
+    cluster = HostCluster(tmp_path_factory.mktemp("host"), free_port(), free_port(), free_port())
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def kosmos_namespace(host: HostCluster) -> None:
+    """kosmos-system for real, as rendered: server-side dry-runs of namespaced objects need it to exist,
+    and its Pod Security labels to judge the workloads."""
+    rendered = docs(apiservice("render", "--mode", "cluster").stdout)
+    host.kubectl("apply", "-f", "-", input=json.dumps(of_kind(rendered, "Namespace")[0]))
+
+
+@pytest.fixture
+def stop_later() -> Iterator[Callable[[Any], Any]]:
+    """Register processes (anything with stop()) to stop after the test, last started first."""
+    started: list[Any] = []
+    yield lambda proc: started.append(proc) or proc
+    for proc in reversed(started):
+        proc.stop()
+
+
+def can_i(host: HostCluster, user: str, verb: str, resource: str, namespace: str) -> bool:
+    resource, _, sub = resource.partition("/")
+    args = ["auth", "can-i", verb, f"{resource}.kosmos.io", "--as", user, "-n", namespace]
+    return host.kubectl(*args, *(["--subresource", sub] if sub else []), check=False).stdout.strip() == "yes"
+
+
+def bind(host: HostCluster, namespace: str, **users_to_roles: str) -> None:
+    host.kubectl("create", "namespace", namespace)
+    for user, role in users_to_roles.items():
+        host.kubectl("create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}", f"--user={user}",
+                     "-n", namespace)
+
+
+def aggregated(host: HostCluster, namespace: str, admin: str, editor: str, viewer: str) -> bool:
+    """The clusterrole-aggregation controller has folded our roles into admin, edit and view."""
+    return (can_i(host, admin, "get", "virtualclusters/kubeconfig", namespace)
+            and can_i(host, editor, "get", "virtualclusters/kubeconfig", namespace)
+            and can_i(host, viewer, "watch", "virtualclusters", namespace))
+
+
+# -- certificates ------------------------------------------------------------------------------------
+
+def test_certs_name_the_service_as_the_aggregator_dials_it_and_are_reused(tmp_path: Path) -> None:
+    apiservice("certs", "--dir", tmp_path)
+    serving, ca = load_cert(tmp_path / "serving.crt"), load_cert(tmp_path / "ca.crt")
+    serving.verify_directly_issued_by(ca)
+    assert set(tls.sans(serving)) == {"vc-apiserver", "vc-apiserver.kosmos-system", "vc-apiserver.kosmos-system.svc",
+                                      "vc-apiserver.kosmos-system.svc.cluster.local"}
+    usages = serving.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.SERVER_AUTH in usages
+
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    apiservice("certs", "--dir", tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_local_certs_add_loopback_names_and_keep_the_ca(tmp_path: Path) -> None:
+    apiservice("certs", "--dir", tmp_path)
+    ca_before = (tmp_path / "ca.crt").read_bytes()
+    apiservice("certs", "--dir", tmp_path, "--local")
+    assert (tmp_path / "ca.crt").read_bytes() == ca_before, "the caBundle of a registered APIService stays valid"
+    assert {"localhost", "127.0.0.1", "vc-apiserver.kosmos-system.svc"} <= set(tls.sans(load_cert(tmp_path / "serving.crt")))
+
+
+def test_local_certs_alone_make_no_etcd_pki(tmp_path: Path) -> None:
+    apiservice("certs", "--dir", tmp_path, "--local")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ca.crt", "ca.key", "serving.crt", "serving.key"]
+
+
+def test_certs_for_another_service_and_namespace(tmp_path: Path) -> None:
+    apiservice("certs", "--dir", tmp_path, "--service", "kosmos-api", "--namespace", "platform")
+    assert "kosmos-api.platform.svc" in tls.sans(load_cert(tmp_path / "serving.crt"))
+
+
+def test_cluster_certs_give_etcd_mutual_tls_for_every_member(tmp_path: Path) -> None:
+    apiservice("certs", "--dir", tmp_path)
+    etcd_ca, server, client = (load_cert(tmp_path / f"{s}.crt") for s in ("etcd-ca", "etcd-server", "etcd-client"))
+    server.verify_directly_issued_by(etcd_ca)
+    client.verify_directly_issued_by(etcd_ca)
+    names = set(tls.sans(server))
+    assert {f"vc-apiserver-etcd-{i}.vc-apiserver-etcd.kosmos-system.svc" for i in range(3)} <= names
+    assert "vc-apiserver-etcd-client.kosmos-system.svc" in names
+    server_usages = server.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= set(server_usages), "peers dial peers"
+    assert list(client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+# -- rendering ---------------------------------------------------------------------------------------
+
+def test_render_needs_no_cluster_and_fills_in_the_installation(tmp_path: Path) -> None:
+    objs = docs(apiservice("render", "--mode", "cluster", "--cert-dir", tmp_path, "--image", "registry.example/vc:1").stdout)
+    assert objs[0]["kind"] == "Namespace" and objs[-1]["kind"] == "APIService"
+    spec = objs[-1]["spec"]
+    assert base64.b64decode(spec["caBundle"]) == (tmp_path / "ca.crt").read_bytes()
+    assert (spec["group"], spec["version"], spec["groupPriorityMinimum"], spec["versionPriority"]) == (
+        "kosmos.io", "v1alpha1", 1000, 15)
+    assert spec["service"] == {"name": "vc-apiserver", "namespace": NAMESPACE, "port": 443}
+    [deployment] = of_kind(objs, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/vc:1"
+
+
+def test_workloads_mount_exactly_the_secrets_the_installer_creates(tmp_path: Path) -> None:
+    objs = docs(apiservice("render", "--mode", "cluster", "--cert-dir", tmp_path).stdout)
+    mounted = {v["secret"]["secretName"] for kind in ("Deployment", "StatefulSet") for w in of_kind(objs, kind)
+               for v in w["spec"]["template"]["spec"].get("volumes", []) if "secret" in v}
+    rendered = {s["metadata"]["name"] for s in of_kind(objs, "Secret")}
+    assert mounted == rendered == set(SECRETS)
+
+
+def test_the_server_deployment_is_highly_available_and_probed_over_https() -> None:
+    objs = docs(apiservice("render", "--mode", "cluster").stdout)
+    [deployment] = of_kind(objs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert deployment["spec"]["replicas"] == 2
+    assert pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
+        "podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (container["livenessProbe"]["httpGet"]["path"], container["livenessProbe"]["httpGet"]["scheme"]) == (
+        "/livez", "HTTPS")
+    assert (container["readinessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["scheme"]) == (
+        "/readyz", "HTTPS")
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    flags = {a.split("=")[0] for a in container["args"]}
+    assert {"--secure-port", "--tls-cert-file", "--tls-private-key-file", "--etcd-servers", "--etcd-cafile",
+            "--etcd-certfile", "--etcd-keyfile"} <= flags
+    [service] = [s for s in of_kind(objs, "Service") if s["metadata"]["name"] == "vc-apiserver"]
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(443, 6443)]
+    [etcd] = of_kind(objs, "StatefulSet")
+    assert etcd["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    assert "--client-cert-auth=true" in etcd["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_local_render_points_the_aggregator_at_localhost() -> None:
+    objs = docs(apiservice("render", "--mode", "local", "--port", "40123").stdout)
+    assert sorted(o["kind"] for o in objs if o["kind"] in ("Deployment", "StatefulSet", "Secret")) == []
+    [service] = of_kind(objs, "Service")
+    assert (service["spec"]["type"], service["spec"]["externalName"]) == ("ExternalName", "localhost")
+    assert [p["port"] for p in service["spec"]["ports"]] == [40123]
+    assert of_kind(objs, "APIService")[0]["spec"]["service"] == {
+        "name": "vc-apiserver", "namespace": NAMESPACE, "port": 40123}
+
+
+def test_the_view_role_never_reaches_the_kubeconfig_subresource() -> None:
+    for mode in ("cluster", "local"):
+        for role in of_kind(docs(apiservice("render", "--mode", mode).stdout), "ClusterRole"):
+            if role["metadata"]["labels"].get("rbac.authorization.k8s.io/aggregate-to-view") == "true":
+                assert all("virtualclusters/kubeconfig" not in r["resources"] and "*" not in r["resources"]
+                           for r in role["rules"])
+
+
+def test_flags_for_the_other_mode_are_refused() -> None:
+    assert "--port applies to --mode local" in apiservice("render", "--mode", "cluster", "--port", "1",
+                                                          check=False).stderr
+    assert "--image applies to --mode cluster" in apiservice("render", "--mode", "local", "--image", "x",
+                                                             check=False).stderr
+
+
+# -- against the host ----------------------------------------------------------------------------------
+
+def test_rendered_in_cluster_manifests_pass_server_side_dry_run(host: HostCluster, kosmos_namespace: None,
+                                                                 tmp_path: Path) -> None:
+    rendered = apiservice("render", "--mode", "cluster", "--cert-dir", tmp_path).stdout
+    proc = host.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    assert "Warning" not in proc.stderr, "no deprecation or Pod Security (restricted) warnings"
+    for kind in ("apiservice.apiregistration.k8s.io/v1alpha1.kosmos.io", "deployment.apps/vc-apiserver",
+                 "statefulset.apps/vc-apiserver-etcd", "secret/vc-apiserver-serving",
+                 "rolebinding.rbac.authorization.k8s.io/kosmos:vc-apiserver:authentication-reader"):
+        assert f"{kind} created (server dry run)" in proc.stdout
+    assert host.kubectl("get", "apiservice", APISERVICE, "--ignore-not-found", "-o", "name").stdout == "", \
+        "a dry run persists nothing"
+
+
+@pytest.mark.parametrize("overlay", ["cluster", "local", "base"])
+def test_kustomize_directories_pass_server_side_dry_run(host: HostCluster, kosmos_namespace: None,
+                                                        overlay: str) -> None:
+    proc = host.kubectl("apply", "-k", str(DEPLOY / overlay), "--dry-run=server")
+    assert "Warning" not in proc.stderr
+    assert "apiservice.apiregistration.k8s.io/v1alpha1.kosmos.io created (server dry run)" in proc.stdout
+
+
+def test_admin_and_edit_get_kubeconfigs_view_only_reads(host: HostCluster) -> None:
+    roles = of_kind(docs(apiservice("render", "--mode", "local").stdout), "ClusterRole")
+    host.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": roles}))
+    bind(host, "team-a", alice="admin", erin="edit", victor="view")
+    wait_until(lambda: aggregated(host, "team-a", "alice", "erin", "victor"), 30, "clusterrole aggregation")
+
+    def access(user: str) -> dict[str, set[str]]:
+        return {resource: {v for v in ALL_VERBS if can_i(host, user, v, resource, "team-a")}
+                for resource in ("virtualclusters", "virtualclusters/status", "virtualclusters/kubeconfig")}
+
+    writer = {"virtualclusters": set(ALL_VERBS), "virtualclusters/status": {"get", "list", "watch"},
+              "virtualclusters/kubeconfig": {"get"}}
+    assert access("alice") == writer
+    assert access("erin") == writer
+    assert access("victor") == {"virtualclusters": {"get", "list", "watch"},
+                                "virtualclusters/status": {"get", "list", "watch"},
+                                "virtualclusters/kubeconfig": set()}
+    assert not can_i(host, "erin", "get", "virtualclusters/kubeconfig", "default"), "only where bound"
+
+
+def test_local_install_registers_the_apiservice_and_uninstall_removes_everything(host: HostCluster,
+                                                                                 tmp_path: Path) -> None:
+    port, certs = free_port(), tmp_path / "certs"
+    kubeconfig = host.admin_kubeconfig
+
+    # Nothing serves on the port: the APIService is registered, and install says why it is not Available.
+    proc = apiservice("install", "--kubeconfig", kubeconfig, "--mode", "local", "--cert-dir", certs,
+                      "--port", port, "--wait-timeout", "5", check=False)
+    assert proc.returncode == 1
+    assert "APIService v1alpha1.kosmos.io is not Available after 5s: Available=False" in proc.stderr
+    assert f"localhost:{port}" in proc.stderr
+    assert "waiting for APIService v1alpha1.kosmos.io" in proc.stdout
+
+    spec = json.loads(host.kubectl("get", "apiservice", APISERVICE, "-o", "json").stdout)["spec"]
+    assert base64.b64decode(spec["caBundle"]) == (certs / "ca.crt").read_bytes()
+    assert spec["service"] == {"name": "vc-apiserver", "namespace": NAMESPACE, "port": port}
+    service = json.loads(host.kubectl("get", "service", "vc-apiserver", "-n", NAMESPACE, "-o", "json").stdout)
+    assert (service["spec"]["externalName"], service["spec"]["ports"][0]["port"]) == ("localhost", port)
+    for who in ("create tokenreviews.authentication.k8s.io", "create subjectaccessreviews.authorization.k8s.io",
+                "get configmaps/extension-apiserver-authentication -n kube-system", "patch nodes",
+                "create pods/eviction", "create deployments.apps -n tenant-ns", "create events.events.k8s.io"):
+        assert host.kubectl("auth", "can-i", *who.split(), "--as", SA_USER, check=False).stdout.strip() == "yes", who
+    assert host.kubectl("auth", "can-i", "create", "clusterroles", "--as", SA_USER,
+                        check=False).stdout.strip() == "no"
+
+    # Re-running converges (server-side apply), still explaining.
+    assert apiservice("install", "--kubeconfig", kubeconfig, "--mode", "local", "--cert-dir", certs,
+                      "--port", port, "--wait-timeout", "1", check=False).returncode == 1
+
+    out = apiservice("uninstall", "--kubeconfig", kubeconfig, "--mode", "local").stdout
+    assert out.index("v1alpha1.kosmos.io") < out.index("namespace")
+    rendered = apiservice("render", "--mode", "local").stdout
+    assert host.kubectl("get", "-f", "-", "--ignore-not-found", "-o", "name", input=rendered).stdout == ""
+    assert apiservice("uninstall", "--kubeconfig", kubeconfig).returncode == 0, "idempotent"
+
+
+def test_local_install_becomes_available_and_serves_users_through_the_host(
+        host: HostCluster, tmp_path: Path, stop_later: Callable[[Any], Any]) -> None:
+    certs, port = tmp_path / "certs", free_port()
+    apiservice("certs", "--dir", certs, "--local")
+    authn = str(host.kubeconfig_for("vc-apiserver"))  # client cert for system:serviceaccount:kosmos-system:vc-apiserver
+
+    # RBAC first, server second, as a Deployment would start: install applies, then waits for Available.
+    install = subprocess.Popen([sys.executable, "-m", "apiservice", "install", "--kubeconfig",
+                                str(host.admin_kubeconfig), "--mode", "local", "--cert-dir", str(certs),
+                                "--port", str(port), "--wait-timeout", "90"],
+                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    etcd = stop_later(Etcd(tmp_path / "etcd", free_port(), free_port(), tmp_path / "etcd.log").start())
+    server = stop_later(ApiServer(Pki(certs), etcd.url, port, tmp_path / "vc-apiserver.log", extra_args=[
+        "--authentication-kubeconfig", authn, "--authorization-kubeconfig", authn]))
+    server.start(timeout=60)
+    out, err = install.communicate(timeout=150)
+    assert install.returncode == 0, f"{out}\n{err}\n--- vc-apiserver log:\n{server.proc.tail() if server.proc else ''}"
+    assert "APIService v1alpha1.kosmos.io is Available" in out
+
+    # Users reach it through the host with their own identity and the host's RBAC.
+    assert "virtualclusters" in host.kubectl("api-resources", "--api-group=kosmos.io").stdout
+    bind(host, "team-b", erin="edit", victor="view")
+    wait_until(lambda: aggregated(host, "team-b", "erin", "erin", "victor"), 30, "clusterrole aggregation")
+    assert host.kubectl("get", "vc", "-n", "team-b", "--as", "erin").returncode == 0
+    kubeconfig_path = "/apis/kosmos.io/v1alpha1/namespaces/team-b/virtualclusters/nope/kubeconfig"
+    denied = host.kubectl("get", "--raw", kubeconfig_path, "--as", "victor", check=False)
+    assert 'User "victor" cannot get resource "virtualclusters/kubeconfig" in API group "kosmos.io" in the ' \
+           'namespace "team-b"' in denied.stderr
+    assert "NotFound" in host.kubectl("get", "--raw", kubeconfig_path, "--as", "erin", check=False).stderr
+
+    apiservice("uninstall", "--kubeconfig", host.admin_kubeconfig, "--mode", "local")
+    assert host.kubectl("get", "apiservice", APISERVICE, "--ignore-not-found", "-o", "name").stdout == ""
+    assert "virtualclusters" not in host.kubectl("api-resources", "--api-group=kosmos.io").stdout
