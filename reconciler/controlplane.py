@@ -35,6 +35,7 @@ NO_RUNTIME_REASON = "NoControlPlaneRuntime"
 NO_RUNTIME_MESSAGE = "no control-plane runtime is configured (--control-plane-runtime); the control plane will not be built"
 NO_PROMOTION_REASON = "NodePromotionUnavailable"
 POLL = 1.0  # seconds between readiness checks while a control plane starts
+HEALTH_CHECK = 5.0  # seconds between checks of a ready control plane
 
 
 @dataclass
@@ -136,6 +137,7 @@ class ControlPlaneController:
             writer.condition("Ready", False, NO_PROMOTION_REASON, message)
             writer.phase("Initialized", NO_PROMOTION_REASON, message)
         await self._write_and_report(obj, writer, "Normal", "ControlPlaneReady", state.message)
+        raise Requeue(HEALTH_CHECK)  # a ready control plane is still watched: crashed components come back
 
     async def _write_and_report(self, obj: Obj, writer: StatusWriter, type_: str, reason: str, message: str) -> None:
         before = (obj.get("status") or {}).get("reason")

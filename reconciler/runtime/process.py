@@ -271,11 +271,32 @@ class ProcessRuntime:
         endpoint = f"https://{host}:{ports['apiserver']}"
         self._write_pki(base, pki, f"https://127.0.0.1:{ports['apiserver']}" if host == "127.0.0.1" else endpoint)
         commands = self._commands(base, ports, host)
-        problems = []
+        problems: list[str] = []
+        # etcd and the apiserver first; the controller-manager and scheduler read RBAC-protected
+        # objects at start-up, so they start once the apiserver has bootstrapped its roles.
+        core_alive = self._supervise(namespace, name, base, commands, ("etcd", "kube-apiserver"), problems)
+        serving = core_alive and await self._readyz(base, endpoint, pki)
+        rest_alive = serving and self._supervise(namespace, name, base, commands,
+                                                 ("kube-controller-manager", "kube-scheduler"), problems)
+        if serving and rest_alive:
+            for component in COMPONENTS:
+                self._health.pop((namespace, name, component), None)
+            return ControlPlaneState(True, "ControlPlaneRunning", f"tenant apiserver ready at {endpoint}",
+                                     endpoint, ports["apiserver"])
+        if problems:
+            return ControlPlaneState(False, "ComponentRestarting", "; ".join(problems), endpoint, ports["apiserver"])
+        return ControlPlaneState(False, "Starting", f"waiting for the tenant control plane at {endpoint}",
+                                 endpoint, ports["apiserver"])
+
+    def _supervise(self, namespace: str, name: str, base: Path, commands: dict[str, list[str]],
+                   components: tuple[str, ...], problems: list[str]) -> bool:
+        """Start what is not running (a restart waits out its back-off); True if all were running."""
         now = time.monotonic()
-        for component in COMPONENTS:
+        all_alive = True
+        for component in components:
             if self._alive(self._pid(base, component), base):
                 continue
+            all_alive = False
             health = self._health.setdefault((namespace, name, component), _Health())
             if self._pid(base, component):
                 health.last_error = self._last_error(base, component)
@@ -288,16 +309,7 @@ class ProcessRuntime:
                 log.info("started %s for %s/%s (pid %d)", component, namespace, name, pid)
             if health.restarts:
                 problems.append(f"{component} exited {health.restarts} time(s), last: {health.last_error}")
-        ready = await self._readyz(base, endpoint, pki)
-        if ready:
-            for component in COMPONENTS:
-                self._health.pop((namespace, name, component), None)
-            return ControlPlaneState(True, "ControlPlaneRunning", f"tenant apiserver ready at {endpoint}",
-                                     endpoint, ports["apiserver"])
-        if problems:
-            return ControlPlaneState(False, "ComponentRestarting", "; ".join(problems), endpoint, ports["apiserver"])
-        return ControlPlaneState(False, "Starting", f"waiting for the tenant apiserver at {endpoint} to be ready",
-                                 endpoint, ports["apiserver"])
+        return all_alive
 
     async def _readyz(self, base: Path, endpoint: str, tenant: TenantPki) -> bool:
         ctx = ssl.create_default_context(cadata=tenant.files["ca.crt"].decode())

@@ -1,0 +1,247 @@
+"""Tenant control planes with the process runtime: real etcd, kube-apiserver, controller-manager, scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+
+from apiserver.etcd import EtcdClient, EtcdConfig, prefix_end
+from apiserver.keys import secret_key
+from apiserver.secrets import generate_key_file
+from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
+from tests.conftest import EXAMPLES, Kubectl, start_etcd, vc
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class ControlPlanes:
+    api: ApiServer
+    etcd: Etcd
+    runtime_dir: Path
+    kubectl: Kubectl
+    root: Path
+
+    def tenant_dir(self, namespace: str, name: str) -> Path:
+        return self.runtime_dir / namespace / name
+
+    def kubeconfig(self, namespace: str, name: str, *params: str) -> dict:
+        path = f"/apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclusters/{name}/kubeconfig"
+        if params:
+            path += "?" + "&".join(params)
+        return json.loads(self.kubectl.run("get", "--raw", path).stdout)
+
+    def tenant(self, namespace: str, name: str, *params: str) -> Kubectl:
+        path = self.root / f"{namespace}-{name}-{time.monotonic_ns()}.kubeconfig"
+        path.write_text(json.dumps(self.kubeconfig(namespace, name, *params)))
+        return Kubectl(path)
+
+    def wait_ready(self, namespace: str, name: str, timeout: str = "120s") -> None:
+        self.kubectl.run("wait", f"vc/{name}", "-n", namespace, "--for=condition=Ready", f"--timeout={timeout}",
+                         timeout=180)
+
+
+def running_components(base: Path) -> list[int]:
+    """Pids of live processes whose command line points into a tenant's directory."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if str(base).encode() in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.fixture(scope="module")
+def cp(tmp_path_factory: pytest.TempPathFactory, pki_files: Pki) -> Iterator[ControlPlanes]:
+    root = tmp_path_factory.mktemp("cp")
+    etcd = start_etcd(root, "etcd")
+    key = generate_key_file(root / "encryption.key")
+    runtime_dir = root / "tenants"
+    api = ApiServer(pki_files, etcd.url, free_port(), root / "vc-apiserver.log", extra_args=[
+        "--control-plane-runtime", "process", "--runtime-dir", str(runtime_dir), "--runtime-bin-dir", str(BIN),
+        "--encryption-key-file", str(key), "--leader-elect-lease-duration", "3", "--identity", "cp-test"]).start()
+    planes = ControlPlanes(api, etcd, runtime_dir, Kubectl(api.kubeconfig(root / "admin.kubeconfig")), root)
+    yield planes
+    for ns in runtime_dir.glob("*"):
+        for tenant in ns.glob("*"):
+            for pid in running_components(tenant):
+                os.kill(pid, signal.SIGKILL)
+    api.stop()
+    etcd.stop()
+
+
+def test_minimal_example_becomes_a_control_plane_whose_kubeconfig_works(cp: ControlPlanes) -> None:
+    cp.kubectl.run("apply", "-f", str(EXAMPLES / "minimal.yaml"))
+    cp.wait_ready("default", "dev")
+    row = cp.kubectl.run("get", "vc", "dev", "-n", "default", "-o", "wide").stdout.splitlines()[1].split()
+    assert row[:4] == ["dev", "Completed", "True", "0/0"] and row[-1].startswith("https://127.0.0.1:")
+    tenant = cp.tenant("default", "dev")
+    namespaces = tenant.run("get", "ns", "-o", "name").stdout.split()
+    assert {"namespace/default", "namespace/kube-system"} <= set(namespaces)
+
+
+def test_tenant_controller_manager_and_services_work_and_the_caller_is_a_tenant_admin(cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("svc", "apps")))
+    cp.wait_ready("apps", "svc")
+    tenant = cp.tenant("apps", "svc")
+    tenant.run("create", "deployment", "web", "--image=registry.k8s.io/pause:3.10", "--replicas=2")
+    tenant.run("expose", "deployment", "web", "--port=80")
+    service = tenant.json("get", "service", "web")
+    assert service["spec"]["clusterIP"].startswith("10.96.")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pods = tenant.json("get", "pods", "-l", "app=web")["items"]
+        if len(pods) == 2:
+            break
+        time.sleep(1)
+    assert len(pods) == 2, "the tenant controller-manager did not create the Deployment's pods"
+    assert len(tenant.json("get", "replicasets", "-l", "app=web")["items"]) == 1
+    whoami = tenant.json("auth", "whoami")["status"]["userInfo"]
+    assert whoami["username"] == "admin"  # the host user who fetched the kubeconfig
+    assert "kosmos:tenant-admins" in whoami["groups"]
+
+
+def test_kubeconfig_expiry_follows_expiration_seconds_within_limits(cp: ControlPlanes) -> None:
+    cp.kubectl.run("apply", "-f", str(EXAMPLES / "minimal.yaml"))
+    cp.wait_ready("default", "dev")
+    for asked, expected in (("3600", 3600), ("10", 600), (None, 86400)):
+        config = cp.kubeconfig("default", "dev", *([f"expirationSeconds={asked}"] if asked else []))
+        cert = x509.load_pem_x509_certificate(base64.b64decode(config["users"][0]["user"]["client-certificate-data"]))
+        remaining = (cert.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds()
+        assert abs(remaining - expected) < 60, (asked, remaining)
+        assert [a.value for a in cert.subject] == ["kosmos:tenant-admins", "admin"]
+    raw = cp.kubectl.run("get", "--raw", "/apis/kosmos.io/v1alpha1/namespaces/default/virtualclusters/dev/kubeconfig",
+                         "-v=0").stdout
+    assert json.loads(raw)["kind"] == "Config"
+
+
+def test_kubeconfig_as_yaml_on_request(cp: ControlPlanes, pki_files: Pki) -> None:
+    cp.kubectl.run("apply", "-f", str(EXAMPLES / "minimal.yaml"))
+    cp.wait_ready("default", "dev")
+    req = urllib.request.Request(cp.api.url + "/apis/kosmos.io/v1alpha1/namespaces/default/virtualclusters/dev/"
+                                 "kubeconfig", headers={"Accept": "application/yaml"})
+    with urllib.request.urlopen(req, context=pki_files.ssl_context("admin")) as resp:
+        assert resp.headers["Content-Type"].startswith("application/yaml")
+        assert yaml.safe_load(resp.read())["kind"] == "Config"
+
+
+def test_tenants_are_isolated_from_each_other(cp: ControlPlanes) -> None:
+    for name in ("iso-a", "iso-b"):
+        cp.kubectl.run("create", "-f", "-", input=json.dumps(vc(name, "iso")))
+    for name in ("iso-a", "iso-b"):
+        cp.wait_ready("iso", name)
+    a, b = cp.kubeconfig("iso", "iso-a"), cp.kubeconfig("iso", "iso-b")
+    tenant_a = cp.tenant("iso", "iso-a")
+    tenant_a.run("create", "namespace", "only-in-a")
+    tenant_b = cp.tenant("iso", "iso-b")
+    assert "only-in-a" not in tenant_b.run("get", "ns", "-o", "name").stdout
+    # A's credential presented to B (trusting B's CA so that only the credential is judged).
+    crossed = dict(a)
+    crossed["clusters"] = [{"name": a["clusters"][0]["name"], "cluster": b["clusters"][0]["cluster"]}]
+    path = cp.root / "crossed.kubeconfig"
+    path.write_text(json.dumps(crossed))
+    out = Kubectl(path).run("get", "ns", check=False)
+    assert out.returncode != 0 and "Unauthorized" in out.stderr
+
+
+def test_unbindable_external_ip_ends_in_a_clear_condition(cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("far", "bad", {"externalIP": "192.0.2.10"})))
+    cp.kubectl.run("wait", "vc/far", "-n", "bad", "--for=jsonpath={.status.reason}=ExternalIPUnavailable",
+                   "--timeout=60s")
+    cond = next(c for c in cp.kubectl.json("get", "vc", "far", "-n", "bad")["status"]["conditions"]
+                if c["type"] == "ControlPlaneReady")
+    assert cond["status"] == "False" and "192.0.2.10" in cond["message"]
+    cp.kubectl.run("delete", "vc", "far", "-n", "bad", "--wait", timeout=60)
+
+
+async def _secret_keys(etcd: Etcd, namespace: str) -> list[bytes]:
+    client = EtcdClient(EtcdConfig([etcd.url]))
+    await client.start()
+    try:
+        prefix = secret_key("pki", namespace, "")
+        return [kv.key for kv in (await client.range(prefix, prefix_end(prefix))).kvs]
+    finally:
+        await client.close()
+
+
+def test_private_keys_are_stored_encrypted(cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("enc", "enc")))
+    cp.wait_ready("enc", "enc")
+    async def raw() -> bytes:
+        client = EtcdClient(EtcdConfig([cp.etcd.url]))
+        await client.start()
+        try:
+            kv = await client.get(secret_key("pki", "enc", "enc"))
+            assert kv is not None
+            return kv.value
+        finally:
+            await client.close()
+    value = asyncio.run(raw())
+    assert value.startswith(b"vcenc:aesgcm:v1:")
+    assert b"PRIVATE KEY" not in value and b"BEGIN" not in value
+
+
+def test_delete_leaves_no_process_port_directory_or_key(cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("gone", "del")))
+    cp.wait_ready("del", "gone")
+    base = cp.tenant_dir("del", "gone")
+    ports = json.loads((base / "state.json").read_text())["ports"]
+    assert len(running_components(base)) == 4
+    cp.kubectl.run("delete", "vc", "gone", "-n", "del", "--wait", timeout=60)
+    assert running_components(base) == []
+    assert not base.exists()
+    for port in ports.values():
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as every server binds
+            s.bind(("127.0.0.1", port))  # nothing listens on it any more
+    assert asyncio.run(_secret_keys(cp.etcd, "del")) == []
+
+
+def test_a_crashed_tenant_apiserver_is_restarted_and_reported(cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("crash", "crash")))
+    cp.wait_ready("crash", "crash")
+    base = cp.tenant_dir("crash", "crash")
+    old = int((base / "kube-apiserver.pid").read_text())
+    os.kill(old, signal.SIGKILL)
+    cp.kubectl.run("wait", "vc/crash", "-n", "crash", "--for=condition=Ready=False", "--timeout=30s")
+    cp.wait_ready("crash", "crash", timeout="90s")
+    assert int((base / "kube-apiserver.pid").read_text()) != old
+    alive = {c for c in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+             if int((base / f"{c}.pid").read_text()) in running_components(base)}
+    assert len(alive) == 4, (alive, [(base / "logs" / f"{c}.log").read_text()[-500:] for c in
+                                     {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} - alive])
+
+
+def test_killed_vc_apiserver_converges_while_preparing_and_while_deleting(cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("keep", "restart")))
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("drop", "restart")))
+    cp.wait_ready("restart", "drop")
+    cp.kubectl.run("delete", "vc", "drop", "-n", "restart", "--wait=false")
+    time.sleep(0.3)
+    cp.api.proc.kill()  # SIGKILL: one is Preparing, the other Deleting
+    cp.api.start()
+    cp.wait_ready("restart", "keep")
+    cp.kubectl.run("wait", "vc/drop", "-n", "restart", "--for=delete", "--timeout=60s")
+    assert len(running_components(cp.tenant_dir("restart", "keep"))) == 4  # adopted, not duplicated
+    assert not cp.tenant_dir("restart", "drop").exists()
+    assert running_components(cp.tenant_dir("restart", "drop")) == []
