@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+NODES ?= 4
 
 .PHONY: up down test unit bins env lint clean help
 
@@ -28,7 +29,7 @@ bins:
 	bash hack/build-bins.sh
 
 up: env bins
-	$(PY) -m hack.playground up
+	$(PY) -m hack.playground up --nodes $(NODES)
 
 down: env
 	$(PY) -m hack.playground down
@@ -43,4 +44,16 @@ unit: env
 	$(PY) -m pytest -q tests/unit
 
 clean: down
-	rm -rf .local/data .local/run .local/log
+	rm -rf .local/data .local/run .local/log .local/host .local/tenants .local/serving .local/encryption.key
+
+# Side-by-side benchmarks against kube-apiserver serving the same resource as a CRD (docs/benchmarks.md).
+# BENCH_ARGS="--scale 0.02" for a smoke run; results in bench/results/latest.json.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	@touch $(BENCH_STAMP)
+
+.PHONY: bench
+bench: env bins $(BENCH_STAMP)
+	$(PY) -m bench $(BENCH_ARGS)

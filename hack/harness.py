@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -262,14 +263,19 @@ class ApiServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def start(self, timeout: float = 30.0) -> ApiServer:
+    def start(self, timeout: float = 30.0, wait: bool = True) -> ApiServer:
         self.proc = Proc("vc-apiserver", self.command(), self.log, self.pidfile).start(
             env={"PYTHONPATH": str(REPO)})
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        assert self.proc is not None
         try:
             wait_until(self.ready, timeout, "vc-apiserver")
         except TimeoutError as e:
             raise TimeoutError(f"{e}\n{self.proc.tail()}") from None
-        return self
 
     @property
     def serving_ca(self) -> Path:
@@ -407,6 +413,8 @@ class HostCluster:
                 f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.1/16"]
 
     def ready(self) -> bool:
+        if not self.pki.path("admin.key").exists():
+            return False
         ctx = ssl.create_default_context(cafile=str(self.pki.path("ca.crt")))
         ctx.load_cert_chain(str(self.pki.path("admin.crt")), str(self.pki.path("admin.key")))
         try:
@@ -477,3 +485,103 @@ def create_fake_nodes(host: HostCluster, count: int, prefix: str = "node", contr
         nodes.append(fake_node(f"{prefix}-control-plane", 0, control_plane=True))
     host.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
     return [n["metadata"]["name"] for n in nodes]
+
+
+# -- the whole stack: host + dedicated etcd + vc-apiserver registered as an APIService ----------
+
+@dataclass
+class StackPorts:
+    host_apiserver: int
+    host_etcd: int
+    host_etcd_peer: int
+    vc_etcd: int
+    vc_etcd_peer: int
+    vc_apiserver: int
+
+    @classmethod
+    def free(cls) -> StackPorts:
+        return cls(*(free_port() for _ in range(6)))
+
+
+@dataclass
+class Stack:
+    """What ``make up`` runs and what the host end-to-end tests start: one definition of both."""
+
+    root: Path
+    ports: StackPorts
+    runtime: str = "process"  # the control-plane runtime of vc-apiserver ("none" to build none)
+    run_dir: Path | None = None
+    extra_args: list[str] = field(default_factory=list)
+    host: HostCluster = field(init=False)
+    etcd: Etcd = field(init=False)
+    api: ApiServer = field(init=False)
+
+    def __post_init__(self) -> None:
+        p = self.ports
+        self.host = HostCluster(self.root / "host", p.host_apiserver, p.host_etcd, p.host_etcd_peer, self.run_dir)
+        pid = (lambda name: self.run_dir / f"{name}.pid") if self.run_dir else (lambda name: None)
+        self.etcd = Etcd(self.root / "data" / "etcd", p.vc_etcd, p.vc_etcd_peer, self.root / "log" / "etcd.log",
+                         pid("etcd"))
+        serving = self.root / "serving"
+        args = ["--control-plane-runtime", self.runtime, "--runtime-dir", str(self.root / "tenants"),
+                "--runtime-bin-dir", str(BIN), "--encryption-key-file", str(self.root / "encryption.key"),
+                *self.extra_args]
+        self.api = ApiServer(Pki(serving), self.etcd.url, p.vc_apiserver, self.root / "log" / "vc-apiserver.log",
+                             pid("vc-apiserver"), extra_args=args,
+                             host_kubeconfig=self.root / "host" / "vc-apiserver.kubeconfig",
+                             serving=(serving / "serving.crt", serving / "serving.key"))
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The host admin's kubeconfig: everything reaches vc-apiserver through the aggregator."""
+        return self.host.admin_kubeconfig
+
+    def up(self, nodes: int = 4, say: Callable[[str], None] = lambda _: None) -> list[str]:
+        """Start what is not healthy; returns the names of what was started."""
+        from apiserver.secrets import generate_key_file
+        from apiservice import install, tls
+        from apiservice.kubectl import Kubectl as InstallKubectl
+
+        started = []
+        if not self.host.healthy():
+            self.host.stop()
+            self.host.start()
+            started.append("host")
+            say(f"host cluster    started at {self.host.url}")
+        else:
+            say(f"host cluster    already healthy at {self.host.url}")
+        existing = {n for n in self.host.kubectl("get", "nodes", "-o", "name").stdout.split()}
+        if len([n for n in existing if n != "node/node-control-plane"]) < nodes:
+            create_fake_nodes(self.host, nodes)
+            say(f"host nodes      {nodes} kwok nodes + 1 control-plane node")
+        if not self.etcd.healthy():
+            self.etcd.stop()
+            self.etcd.start()
+            started.append("etcd")
+            say(f"etcd            started at {self.etcd.url}")
+        else:
+            say(f"etcd            already healthy at {self.etcd.url}")
+        if not (self.root / "encryption.key").exists():
+            generate_key_file(self.root / "encryption.key")
+        tls.ensure_certs(self.root / "serving", local=True)
+        self.host.kubeconfig_for("vc-apiserver")
+        restart = not self.api.ready()
+        if restart:
+            # It waits for its RBAC on the host (applied by the installer below) before serving.
+            self.api.stop()
+            self.api.start(wait=False)
+            started.append("vc-apiserver")
+        install.install(InstallKubectl(str(binary("kubectl")), self.kubeconfig), "local", self.root / "serving",
+                        self.ports.vc_apiserver, None, 90.0, lambda line: say(f"  apiservice: {line}"))
+        self.api.wait_ready(30.0)
+        say(f"vc-apiserver    {'started' if restart else 'already ready'} at {self.api.url} "
+            f"({self.runtime} runtime), registered as APIService v1alpha1.kosmos.io")
+        return started
+
+    def down(self) -> None:
+        self.api.stop()
+        for pidfile in (self.root / "tenants").glob("*/*/*.pid"):
+            with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+                os.killpg(int(pidfile.read_text().strip()), signal.SIGKILL)
+        self.etcd.stop()
+        self.host.stop()

@@ -1,67 +1,53 @@
-"""``make up`` / ``make down``: the playground on fixed loopback ports, idempotent."""
+"""``make up`` / ``make down``: the whole stack on fixed loopback ports, idempotent."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import time
 
-from hack.harness import LOCAL, ApiServer, Etcd, Pki
+from hack.harness import LOCAL, Stack, StackPorts
 
-ETCD_CLIENT_PORT = 32379
-ETCD_PEER_PORT = 32380
-APISERVER_PORT = 38443
-RUN = LOCAL / "run"
-LOGS = LOCAL / "log"
+PORTS = StackPorts(host_apiserver=36443, host_etcd=32381, host_etcd_peer=32382, vc_etcd=32379, vc_etcd_peer=32380,
+                   vc_apiserver=38443)
 
 
-def components() -> tuple[Etcd, ApiServer]:
-    pki = Pki.ensure(LOCAL / "pki")
-    etcd = Etcd(LOCAL / "data" / "etcd", ETCD_CLIENT_PORT, ETCD_PEER_PORT, LOGS / "etcd.log", RUN / "etcd.pid")
-    api = ApiServer(pki, etcd.url, APISERVER_PORT, LOGS / "vc-apiserver.log", RUN / "vc-apiserver.pid",
-                    extra_args=["--identity", "playground"])
-    return etcd, api
+def stack() -> Stack:
+    return Stack(LOCAL, PORTS, runtime="process", run_dir=LOCAL / "run")
 
 
-def up() -> None:
-    etcd, api = components()
-    started = []
-    if etcd.healthy():
-        print(f"etcd          already healthy at {etcd.url}")
-    else:
-        etcd.stop()
-        etcd.start()
-        started.append("etcd")
-        print(f"etcd          started at {etcd.url} (log {etcd.log})")
-    if api.ready():
-        print(f"vc-apiserver  already ready at {api.url}")
-    else:
-        api.stop()
-        api.start()
-        started.append("vc-apiserver")
-        print(f"vc-apiserver  started at {api.url} (log {api.log})")
-    kubeconfig = api.kubeconfig(LOCAL / "kubeconfig")
-    print(f"\nkubeconfig: {kubeconfig}  ({'started ' + ', '.join(started) if started else 'nothing restarted'})")
+def up(nodes: int) -> None:
+    started_at = time.monotonic()
+    s = stack()
+    started = s.up(nodes, say=print)
+    shutil.copyfile(s.kubeconfig, LOCAL / "kubeconfig")
+    os.chmod(LOCAL / "kubeconfig", 0o600)
+    what = f"started {', '.join(started)}" if started else "nothing restarted"
+    print(f"\nready in {time.monotonic() - started_at:.1f}s ({what}); kubeconfig (host admin): .local/kubeconfig")
     print("\nTry:")
     print("  export KUBECONFIG=$PWD/.local/kubeconfig PATH=$PWD/.local/bin:$PATH")
-    print("  kubectl api-resources --api-group=kosmos.io")
-    print("  kubectl apply -f ../shared/examples/minimal.yaml   # or any VirtualCluster manifest")
-    print("  kubectl get virtualclusters -A -o wide")
+    print("  kubectl get apiservice v1alpha1.kosmos.io")
+    print("  kubectl apply -f examples/minimal.yaml && kubectl wait vc/dev --for=condition=Ready --timeout=2m")
+    print("  kubectl get --raw /apis/kosmos.io/v1alpha1/namespaces/default/virtualclusters/dev/kubeconfig > dev.kubeconfig"
+          " && kubectl --kubeconfig dev.kubeconfig get ns")
 
 
 def down() -> None:
-    etcd, api = components()
-    api.stop()
-    etcd.stop()
-    print("stopped vc-apiserver and etcd (data kept in .local/data; `make clean` removes it)")
+    stack().down()
+    print("stopped vc-apiserver, its etcd, tenant control planes and the host (data kept in .local; "
+          "`make clean` removes it)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="playground")
     parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("--nodes", type=int, default=int(os.environ.get("NODES", "4")))
     args = parser.parse_args()
     try:
-        {"up": up, "down": down}[args.command]()
-    except (FileNotFoundError, TimeoutError) as e:
+        up(args.nodes) if args.command == "up" else down()
+    except (FileNotFoundError, TimeoutError, RuntimeError) as e:
         print(f"playground: {e}", file=sys.stderr)
         sys.exit(1)
 
