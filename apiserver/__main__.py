@@ -78,8 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--enable-reconciler", default="true", choices=["true", "false"],
                    help="run the embedded reconcile loop (with leader election)")
     p.add_argument("--leader-elect-lease-duration", type=int, default=15, help="seconds")
-    p.add_argument("--control-plane-runtime", default="none", choices=["none", "process"],
-                   help="how tenant control planes run: process = local processes (playground, tests)")
+    p.add_argument("--control-plane-runtime", default="none", choices=["none", "process", "pods"],
+                   help="how tenant control planes run: process = local processes (playground, tests); "
+                        "pods = workloads in the host cluster (production)")
     p.add_argument("--runtime-dir", default=".local/tenants", help="process runtime: tenant data directories")
     p.add_argument("--runtime-bin-dir", default=".local/bin",
                    help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler are")
@@ -174,13 +175,20 @@ def build_state(args: argparse.Namespace, security: Security) -> ServerState:
                        secrets=secrets, max_kubeconfig_expiration=args.max_kubeconfig_expiration)
 
 
-def build_runtime(args: argparse.Namespace) -> ControlPlaneRuntime | None:
+def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> ControlPlaneRuntime | None:
     from reconciler.runtime.process import ProcessRuntime
 
     if args.control_plane_runtime == "none":
         return None
     if not args.encryption_key_file:
         raise SystemExit("--control-plane-runtime needs --encryption-key-file (tenant keys are stored encrypted)")
+    if args.control_plane_runtime == "pods":
+        from reconciler.runtime.pods import PodsRuntime
+
+        if host is None:
+            raise SystemExit("--control-plane-runtime=pods needs a host cluster: --host-kubeconfig, "
+                             "--authentication-kubeconfig or in-cluster config")
+        return PodsRuntime(host)
     low, _, high = args.tenant_port_range.partition("-")
     return ProcessRuntime(Path(args.runtime_dir).resolve(), Path(args.runtime_bin_dir).resolve(),
                           (int(low), int(high)))
@@ -201,7 +209,7 @@ async def serve(args: argparse.Namespace) -> None:
         app.on_cleanup.append(lambda _app, c=client: c.close())
     if args.enable_reconciler == "true":
         from reconciler.manager import attach  # the embedded loop is optional; import it only when used
-        attach(app, app[STATE], build_runtime(args), lease_duration=args.leader_elect_lease_duration,
+        attach(app, app[STATE], build_runtime(args, security.host), lease_duration=args.leader_elect_lease_duration,
                identity=args.identity, workers=args.concurrent_reconciles)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

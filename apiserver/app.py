@@ -73,7 +73,7 @@ def request_attributes(request: web.Request) -> Attributes:
         return Attributes(verb=verb, path=path)
     info = VIRTUALCLUSTERS
     match = request.match_info
-    item = name in ("vc.item", "vc.subresource")
+    item = "name" in request.match_info
     watch = request.rel_url.query.get("watch") in ("true", "1", "True")
     if method in ("GET", "HEAD"):
         verb = ("watch" if watch else "get") if item else ("watch" if watch else "list")

@@ -436,14 +436,26 @@ class HostCluster:
             etcd.stop()
             etcd.start()
         self.procs["etcd"] = etcd.proc or Proc("etcd", [], etcd.log, etcd.pidfile)
+        self.start_apiserver(timeout)
+        self._proc("kube-controller-manager", self.controller_manager_args()).start()
+        self._proc("kwok", self.kwok_args()).start()
+        return self
+
+    def stop_apiserver(self) -> None:
+        (self.procs.get("kube-apiserver") or Proc("kube-apiserver", [], Path("/dev/null"),
+                                                  self._pidfile("kube-apiserver"))).stop()
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL, as a crash: no graceful shutdown."""
+        (self.procs.get("kube-apiserver") or Proc("kube-apiserver", [], Path("/dev/null"),
+                                                  self._pidfile("kube-apiserver"))).kill()
+
+    def start_apiserver(self, timeout: float = 90.0) -> None:
         api = self._proc("kube-apiserver", self.apiserver_args()).start()
         try:
             wait_until(self.ready, timeout, "host kube-apiserver", interval=0.25)
         except TimeoutError as e:
             raise TimeoutError(f"{e}\n{api.tail()}") from None
-        self._proc("kube-controller-manager", self.controller_manager_args()).start()
-        self._proc("kwok", self.kwok_args()).start()
-        return self
 
     def stop(self) -> None:
         for name in ("kwok", "kube-controller-manager", "kube-apiserver"):

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hack.harness import REPO, ApiServer, Etcd, Pki, binary, free_port
+from hack.harness import REPO, ApiServer, Etcd, Pki, Stack, StackPorts, binary, free_port
 
 EXAMPLES = REPO / "examples"
 HISTORY = 200  # watch-cache history of the test server: small enough to expire in a test
@@ -69,15 +69,10 @@ def server(tmp_root: Path, pki_files: Pki, etcd: Etcd) -> Iterator[Server]:
     api.stop()
 
 
-@pytest.fixture
-def namespace() -> str:
-    """A namespace of its own for each test (standalone mode has no namespace objects)."""
-    return f"t{os.getpid() % 10000}-{next(_counter)}"
-
-
 @dataclass
 class Kubectl:
     kubeconfig: Path
+    host_namespaces: bool = False  # through a host: namespaces must exist there before use
 
     def run(self, *args: str, input: str | None = None, check: bool = True,
             timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -90,10 +85,40 @@ class Kubectl:
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "-o", "json").stdout)
 
+    def ensure_namespace(self, name: str) -> str:
+        if self.host_namespaces:
+            out = self.run("create", "namespace", name, check=False)
+            assert out.returncode == 0 or "AlreadyExists" in out.stderr, out.stderr
+        return name
+
 
 @pytest.fixture(scope="session")
-def kubectl(server: Server) -> Kubectl:
-    return Kubectl(server.kubeconfig)
+def host_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A real host whose aggregator serves VirtualClusters from a vc-apiserver (no control-plane runtime)."""
+    stack = Stack(tmp_path_factory.mktemp("host"), StackPorts.free(), runtime="none",
+                  extra_args=["--leader-elect-lease-duration", "5", "--watch-cache-history", str(HISTORY)])
+    try:
+        stack.up(nodes=2)
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="session", params=["direct", "via-host"])
+def kubectl(request: pytest.FixtureRequest) -> Kubectl:
+    """kubectl against vc-apiserver directly, and through a host kube-apiserver's aggregator."""
+    if request.param == "direct":
+        return Kubectl(request.getfixturevalue("server").kubeconfig)
+    return Kubectl(request.getfixturevalue("host_stack").kubeconfig, host_namespaces=True)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest) -> str:
+    """A namespace of its own for each test (created on the host when the test goes through one)."""
+    name = f"t{os.getpid() % 10000}-{next(_counter)}"
+    if "kubectl" in request.fixturenames:
+        request.getfixturevalue("kubectl").ensure_namespace(name)
+    return name
 
 
 @pytest.fixture

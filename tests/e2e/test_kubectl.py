@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from hack.harness import binary
-from tests.conftest import EXAMPLES, Kubectl, Server, vc
+from tests.conftest import EXAMPLES, Kubectl, vc
 
 pytestmark = pytest.mark.e2e
 
@@ -39,6 +39,7 @@ def test_api_resources_lists_virtualclusters_with_short_name_and_verbs(kubectl: 
 def test_every_example_applies_created_then_unchanged_then_configured(kubectl: Kubectl, example: str) -> None:
     path = EXAMPLES / example
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
+    kubectl.ensure_namespace(yaml.safe_load(path.read_text())["metadata"]["namespace"])
     assert f"{name} created" in kubectl.run("apply", "-f", str(path)).stdout
     assert f"{name} unchanged" in kubectl.run("apply", "-f", str(path)).stdout
     changed = yaml.safe_load(path.read_text())
@@ -208,8 +209,8 @@ def test_invalid_objects_name_the_field(kubectl: Kubectl, namespace: str, name: 
     assert kubectl.run("get", "vc", "-n", namespace, "-o", "name").stdout.strip() == ""
 
 
-def test_watch_sees_added_modified_deleted(kubectl: Kubectl, server: Server, namespace: str) -> None:
-    watch = subprocess.Popen([binary("kubectl"), "--kubeconfig", str(server.kubeconfig), "get", "vc", "-n",
+def test_watch_sees_added_modified_deleted(kubectl: Kubectl, namespace: str) -> None:
+    watch = subprocess.Popen([binary("kubectl"), "--kubeconfig", str(kubectl.kubeconfig), "get", "vc", "-n",
                               namespace, "-w", "--output-watch-events"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

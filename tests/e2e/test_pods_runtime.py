@@ -1,0 +1,291 @@
+"""The ``pods`` runtime against a real host: kube-apiserver, controller-manager and kwok fake nodes.
+
+The host has no scheduler and kwok nodes run nothing, so no tenant apiserver ever
+answers here: these tests check what ``ensure`` puts on the host (the host's own
+validation accepted it), that the state it reports is honest, that a second
+``ensure`` changes nothing, and that ``teardown`` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from apiserver.kubeclient import KubeClient
+from certs import tenant as tenantpki
+from certs.tenant import TenantPki
+from hack.harness import HostCluster, create_fake_nodes, free_port, wait_until
+from reconciler.runtime.pods import KINDS, PodsRuntime
+
+pytestmark = pytest.mark.e2e
+
+Obj = dict[str, Any]
+APPLIED_KINDS = ("Secret", "Service", "StatefulSet", "Deployment")
+ROOT_KINDS = (*APPLIED_KINDS, "PersistentVolumeClaim")  # the claim is made by the host's StatefulSet controller
+CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+                            "effect": "NoSchedule"}
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostCluster]:
+    cluster = HostCluster(tmp_path_factory.mktemp("pods-host"), free_port(), free_port(), free_port())
+    try:
+        cluster.start()
+        create_fake_nodes(cluster, 3)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def control_plane_ip(host: HostCluster) -> str:
+    """The InternalIP kwok gives the fake control-plane node."""
+    ips: list[str] = []
+
+    def has_ip() -> bool:
+        node = json.loads(host.kubectl("get", "node", "node-control-plane", "-o", "json").stdout)
+        ips[:] = [a["address"] for a in node.get("status", {}).get("addresses", []) if a["type"] == "InternalIP"]
+        return bool(ips)
+
+    wait_until(has_ip, 60, "an InternalIP on node-control-plane", interval=0.25)
+    return ips[0]
+
+
+@pytest.fixture
+async def client(host: HostCluster) -> AsyncIterator[KubeClient]:
+    c = KubeClient.from_kubeconfig(host.admin_kubeconfig)
+    yield c
+    await c.close()
+
+
+@pytest.fixture
+async def runtime(client: KubeClient) -> PodsRuntime:
+    return PodsRuntime(client, teardown_timeout=60)
+
+
+@pytest.fixture
+def namespace(host: HostCluster) -> str:
+    name = f"tenants-{next(_names)}"
+    host.kubectl("create", "namespace", name)
+    return name
+
+
+async def make_pki(endpoint_host: str) -> TenantPki:
+    return await asyncio.to_thread(tenantpki.generate, tenantpki.apiserver_sans(endpoint_host, [], "10.96.0.1"))
+
+
+def virtual_cluster(namespace: str, name: str, **spec: Any) -> Obj:
+    return {"apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"}, "spec": spec}
+
+
+async def objects(client: KubeClient, namespace: str, name: str, kinds: tuple[str, ...] = ROOT_KINDS) -> dict[str, Obj]:
+    """Every object of ``kinds`` labelled as this VirtualCluster's, by "Kind/name"."""
+    selector = f"app.kubernetes.io/managed-by=vc-apiserver,kosmos.io/virtualcluster={name}"
+    found = {}
+    for kind in kinds:
+        prefix, plural = KINDS[kind]
+        listed = await client.get(f"{prefix}/namespaces/{namespace}/{plural}", labelSelector=selector)
+        for obj in listed["items"]:
+            found[f"{kind}/{obj['metadata']['name']}"] = obj
+    return found
+
+
+async def wait_for_pods(client: KubeClient, namespace: str, name: str, count: int, timeout: float = 60) -> None:
+    """The host's controller-manager turns Deployments and StatefulSets into pods a moment later."""
+    for _ in range(int(timeout * 4)):
+        if len(await objects(client, namespace, name, ("Pod",))) >= count:
+            return
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"{count} pods of {name} never appeared")
+
+
+def applied_at(obj: Obj) -> str:
+    """When vc-apiserver last changed the object (server-side apply records it only on a change)."""
+    return next(f["time"] for f in obj["metadata"]["managedFields"] if f["manager"] == "vc-apiserver")
+
+
+def secret_files(secret: Obj) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in secret["data"].items()}
+
+
+def pod_spec(obj: Obj) -> Obj:
+    return obj["spec"]["template"]["spec"]
+
+
+async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, client: KubeClient, namespace: str,
+                                                    control_plane_ip: str) -> None:
+    vc = virtual_cluster(namespace, "alpha", kubeInKubeConfig={
+        "externalPort": 31443, "etcdStorageClass": "fast-ssd", "etcdUnitSize": "5Gi"})
+    await runtime.refresh_nodes()
+    assert runtime.endpoint_host(vc) == control_plane_ip
+    pki = await make_pki(runtime.endpoint_host(vc))
+
+    state = await runtime.ensure(vc, pki)
+
+    found = await objects(client, namespace, "alpha", APPLIED_KINDS)
+    assert sorted(found) == sorted([
+        "Secret/alpha-etcd", "Secret/alpha-apiserver", "Secret/alpha-controller-manager", "Secret/alpha-scheduler",
+        "Secret/alpha-admin", "Service/alpha-etcd", "Service/alpha-apiserver", "StatefulSet/alpha-etcd",
+        "Deployment/alpha-apiserver", "Deployment/alpha-controller-manager", "Deployment/alpha-scheduler"])
+    for key, obj in found.items():
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "vc-apiserver", key
+        assert labels["kosmos.io/virtualcluster"] == "alpha", key
+        assert labels["app.kubernetes.io/component"] in ("etcd", "apiserver", "controller-manager", "scheduler",
+                                                         "admin"), key
+        assert any(f["manager"] == "vc-apiserver" and f["operation"] == "Apply"
+                   for f in obj["metadata"]["managedFields"]), key
+
+    workloads = {k: v for k, v in found.items() if k.split("/")[0] in ("StatefulSet", "Deployment")}
+    for key, obj in workloads.items():
+        spec = pod_spec(obj)
+        assert spec["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}, key
+        assert CONTROL_PLANE_TOLERATION in spec["tolerations"], key
+        assert spec["automountServiceAccountToken"] is False, key
+        assert obj["spec"]["template"]["metadata"]["labels"]["kosmos.io/virtualcluster"] == "alpha", key
+    images = {k: pod_spec(v)["containers"][0]["image"] for k, v in workloads.items()}
+    assert images == {"StatefulSet/alpha-etcd": "registry.k8s.io/etcd:3.6.6-0",
+                      "Deployment/alpha-apiserver": "registry.k8s.io/kube-apiserver:v1.35.4",
+                      "Deployment/alpha-controller-manager": "registry.k8s.io/kube-controller-manager:v1.35.4",
+                      "Deployment/alpha-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4"}
+
+    service = found["Service/alpha-apiserver"]["spec"]
+    assert service["type"] == "NodePort"
+    assert [(p["port"], p["nodePort"]) for p in service["ports"]] == [(6443, 31443)]
+    etcd_service = found["Service/alpha-etcd"]["spec"]
+    assert etcd_service["clusterIP"] == "None" and etcd_service["publishNotReadyAddresses"] is True
+
+    apiserver = found["Deployment/alpha-apiserver"]
+    assert apiserver["spec"]["replicas"] == 1
+    assert not pod_spec(apiserver).get("hostNetwork")
+    command = pod_spec(apiserver)["containers"][0]["command"]
+    assert f"--etcd-servers=https://alpha-etcd-0.alpha-etcd.{namespace}.svc:2379" in command
+    assert "--client-ca-file=/etc/kubernetes/pki/ca.crt" in command
+
+    etcd = found["StatefulSet/alpha-etcd"]["spec"]
+    assert etcd["serviceName"] == "alpha-etcd"
+    claim = etcd["volumeClaimTemplates"][0]
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+
+    # each component gets only what it needs; the cluster CA key only where CSRs are signed
+    files = {k: secret_files(v) for k, v in found.items() if k.startswith("Secret/")}
+    assert [k for k, f in files.items() if "ca.key" in f] == ["Secret/alpha-controller-manager"]
+    assert not any(k in f for f in files.values() for k in ("etcd-ca.key", "front-proxy-ca.key"))
+    assert files["Secret/alpha-apiserver"]["apiserver.key"] == pki.files["apiserver.key"]
+    admin = json.loads(files["Secret/alpha-admin"]["kubeconfig"])
+    assert admin["clusters"][0]["cluster"]["server"] == f"https://{control_plane_ip}:31443"
+    scheduler = json.loads(files["Secret/alpha-scheduler"]["kubeconfig"])["clusters"][0]["cluster"]
+    assert scheduler["server"] == f"https://alpha-apiserver.{namespace}.svc:6443"
+    assert scheduler["tls-server-name"] in pki.sans()
+
+    # honest: nothing answers at the endpoint, and the pods never ran on this scheduler-less host
+    endpoint = f"https://{control_plane_ip}:31443"
+    assert (state.ready, state.endpoint, state.port) == (False, endpoint, 31443)
+    assert f"did not answer at {endpoint}" in state.message
+    assert state.reason == "Starting"
+
+    # once the host's controllers made the pods, the message says they are not running, and why
+    await wait_for_pods(client, namespace, "alpha", 4)
+    state = await runtime.ensure(vc, pki)
+    assert f"did not answer at {endpoint}" in state.message
+    assert "apiserver 0/1 pods running (alpha-apiserver-" in state.message
+    assert "not scheduled to a node" in state.message
+    assert state.reason == "Starting"  # within the start-up grace: not yet a complaint
+    claim = (await objects(client, namespace, "alpha", ("PersistentVolumeClaim",)))["PersistentVolumeClaim/data-alpha-etcd-0"]
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+
+
+async def test_ensure_twice_changes_nothing(runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
+    vc = virtual_cluster(namespace, "twice")
+    await runtime.refresh_nodes()
+    pki = await make_pki(runtime.endpoint_host(vc))
+    first_state = await runtime.ensure(vc, pki)
+    first = await objects(client, namespace, "twice", APPLIED_KINDS)
+
+    second_state = await runtime.ensure(vc, pki)
+    second = await objects(client, namespace, "twice", APPLIED_KINDS)
+
+    assert sorted(second) == sorted(first)
+    # no write at all to what has no status; no spec change (generation) to the workloads, whose
+    # status the host's controllers keep writing
+    assert {k: v["metadata"]["resourceVersion"] for k, v in second.items() if k.startswith(("Secret", "Service"))} \
+        == {k: v["metadata"]["resourceVersion"] for k, v in first.items() if k.startswith(("Secret", "Service"))}
+    assert {k: applied_at(v) for k, v in second.items()} == {k: applied_at(v) for k, v in first.items()}
+    assert {k: v["metadata"].get("generation") for k, v in second.items()} == \
+           {k: v["metadata"].get("generation") for k, v in first.items()}
+    assert second_state.endpoint == first_state.endpoint  # the allocated nodePort is kept
+    nodeport = first["Service/twice-apiserver"]["spec"]["ports"][0]["nodePort"]
+    assert first_state.port == nodeport and 30000 <= nodeport <= 32767
+    claim = first["StatefulSet/twice-etcd"]["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["resources"]["requests"]["storage"] == "1Gi" and "storageClassName" not in claim
+
+
+async def test_host_network_and_replicas(runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
+    vc = virtual_cluster(namespace, "hn", externalIP="192.0.2.10",
+                         kubeInKubeConfig={"apiServerServiceType": "nodePort"})
+    pki = await make_pki(runtime.endpoint_host(vc))
+    await runtime.ensure(vc, pki)
+    assert "Service/hn-apiserver" in await objects(client, namespace, "hn")
+
+    vc["spec"]["kubeInKubeConfig"] = {"apiServerServiceType": "hostNetwork", "apiServerReplicas": 2,
+                                      "externalPort": 40443}
+    state = await runtime.ensure(vc, pki)
+
+    found = await objects(client, namespace, "hn")
+    assert "Service/hn-apiserver" not in found  # switching to hostNetwork removed the NodePort Service
+    assert "Service/hn-etcd" in found
+    apiserver = found["Deployment/hn-apiserver"]
+    assert apiserver["spec"]["replicas"] == 2
+    spec = pod_spec(apiserver)
+    assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert spec["containers"][0]["ports"][0] == {"name": "https", "containerPort": 40443, "hostPort": 40443,
+                                                 "protocol": "TCP"}
+    assert "--secure-port=40443" in spec["containers"][0]["command"]
+    assert (state.ready, state.endpoint, state.port) == (False, "https://192.0.2.10:40443", 40443)
+    assert "did not answer at https://192.0.2.10:40443" in state.message
+
+
+async def test_host_network_without_external_port_gets_a_stable_port(runtime: PodsRuntime, client: KubeClient,
+                                                                      namespace: str) -> None:
+    shape = {"apiServerServiceType": "hostNetwork"}
+    one, two = (virtual_cluster(namespace, n, kubeInKubeConfig=shape) for n in ("hp-one", "hp-two"))
+    await runtime.refresh_nodes()
+    pki = await make_pki(runtime.endpoint_host(one))
+    ports = [(await runtime.ensure(vc, pki)).port for vc in (one, two)]
+    assert ports[0] != ports[1]
+    assert all(40000 <= p <= 49999 for p in ports)
+    fresh = PodsRuntime(client)  # a restarted server finds the same ports on the host
+    await fresh.refresh_nodes()
+    assert [(await fresh.ensure(vc, pki)).port for vc in (one, two)] == ports
+
+
+async def test_teardown_removes_everything(runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
+    keep, gone = virtual_cluster(namespace, "keep"), virtual_cluster(namespace, "gone")
+    await runtime.refresh_nodes()
+    pki = await make_pki(runtime.endpoint_host(gone))
+    for vc in (keep, gone):
+        await runtime.ensure(vc, pki)
+    assert {(namespace, "keep"), (namespace, "gone")} <= set(await runtime.owned())
+
+    await runtime.teardown(namespace, "gone")
+
+    assert await objects(client, namespace, "gone", tuple(KINDS)) == {}
+    assert (namespace, "gone") not in await runtime.owned()
+    assert len(await objects(client, namespace, "keep")) == 11  # a neighbour in the namespace is untouched
+    await runtime.teardown(namespace, "gone")  # idempotent
+    await runtime.teardown(namespace, "never-existed")
+
+
+async def test_endpoint_host_prefers_external_ip(client: KubeClient) -> None:
+    runtime = PodsRuntime(client)
+    assert runtime.endpoint_host(virtual_cluster("ns", "x", externalIP="vc.example.com")) == "vc.example.com"
