@@ -35,7 +35,7 @@ down: env
 	$(PY) -m hack.playground down
 
 lint: env
-	$(VENV)/bin/ruff check apiserver reconciler certs hack tests
+	$(VENV)/bin/ruff check apiserver reconciler apiservice certs hack bench tests
 
 test: env bins lint
 	$(PY) -m pytest -p no:cacheprovider -q --durations=15 tests

@@ -16,7 +16,7 @@ from typing import cast
 from . import tls
 from .install import InstallError, install, uninstall
 from .kubectl import Kubectl, KubectlError, default_kubectl
-from .manifests import DEFAULT_LOCAL_PORT, MODES, Mode, render, to_yaml
+from .manifests import MODES, Mode, render, to_yaml
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     def rendering(q: argparse.ArgumentParser, modes: tuple[str, ...]) -> None:
         q.add_argument("--mode", choices=modes, required=True,
                        help="cluster: server and etcd as workloads; local: server on the aggregator's localhost")
-        q.add_argument("--port", type=int, help=f"local mode: the server's port (default {DEFAULT_LOCAL_PORT})")
+        q.add_argument("--port", type=int, help="local mode: the server's port (default: deploy/local's, 38443)")
         q.add_argument("--image", help="cluster mode: vc-apiserver's image")
 
     render_p = sub.add_parser("render", parents=[common], help="print the manifests (YAML stream)")
@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             certs = tls.ensure_certs(args.cert_dir, local=args.mode == "local") if args.cert_dir else None
             sys.stdout.write(to_yaml(render(kubectl, args.mode, certs, port=args.port, image=args.image)))
         elif args.command == "install":
-            install(kubectl, args.mode, args.cert_dir, args.port or DEFAULT_LOCAL_PORT, args.image,
-                    args.wait_timeout, say)
+            install(kubectl, args.mode, args.cert_dir, args.port, args.image, args.wait_timeout, say)
         elif args.command == "uninstall":
             modes = MODES if args.mode == "all" else (cast(Mode, args.mode),)
             uninstall(kubectl, modes, args.wait_timeout, say)

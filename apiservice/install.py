@@ -21,6 +21,7 @@ from .manifests import (
     SERVICE,
     Manifest,
     Mode,
+    apiservice_port,
     identity,
     install_order,
     kustomize,
@@ -88,14 +89,14 @@ def unavailable_hint(mode: Mode, port: int, cert_dir: Path) -> str:
             f"`kubectl -n {NAMESPACE} logs deploy/vc-apiserver`.")
 
 
-def install(kubectl: Kubectl, mode: Mode, cert_dir: Path, port: int, image: str | None, wait_timeout: float,
-            say: Say) -> None:
+def install(kubectl: Kubectl, mode: Mode, cert_dir: Path, port: int | None, image: str | None,
+            wait_timeout: float, say: Say) -> None:
     certs = tls.ensure_certs(cert_dir, local=mode == "local")
     say(f"certificates in {cert_dir}")
     objs = render(kubectl, mode, certs, port=port, image=image)
     say(f"applying {len(objs)} objects ({mode} mode)")
     apply(kubectl, objs, say)
-    wait_available(kubectl, wait_timeout, say, unavailable_hint(mode, port, cert_dir))
+    wait_available(kubectl, wait_timeout, say, unavailable_hint(mode, apiservice_port(objs), cert_dir))
 
 
 def _unique(objs: Iterable[Manifest]) -> list[Manifest]:

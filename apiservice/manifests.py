@@ -27,7 +27,6 @@ SERVICE = tls.SERVICE
 APISERVICE = "v1alpha1.kosmos.io"
 DEPLOYMENT = "vc-apiserver"
 CONTAINER = "vc-apiserver"
-DEFAULT_LOCAL_PORT = 38443
 
 # Secret name → (its CA, the leaf it carries); deploy/cluster mounts them by these names.
 SECRETS: dict[str, tuple[str, str]] = {
@@ -70,6 +69,10 @@ def set_local_port(objs: list[Manifest], port: int) -> None:
         p["port"] = port
 
 
+def apiservice_port(objs: list[Manifest]) -> int:
+    return int(find(objs, "APIService", APISERVICE)["spec"]["service"]["port"])
+
+
 def tls_secret(name: str, certs: tls.CertDir, ca: str, leaf: str) -> Manifest:
     def b64(path: Path) -> str:
         return base64.b64encode(path.read_bytes()).decode()
@@ -97,8 +100,8 @@ def render(kubectl: Kubectl, mode: Mode, certs: tls.CertDir | None = None, port:
            image: str | None = None) -> list[Manifest]:
     """The manifests one installation applies. Without ``certs``: no Secrets and no caBundle."""
     objs = kustomize(kubectl, mode)
-    if mode == "local":
-        set_local_port(objs, port or DEFAULT_LOCAL_PORT)
+    if mode == "local" and port is not None:
+        set_local_port(objs, port)
     if image and mode == "cluster":
         set_image(objs, image)
     if certs is not None:
