@@ -22,10 +22,11 @@ from apiserver.virtualcluster import desired_nodes
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 
+from .nodes import NodePromoter
 from .runtime.base import ControlPlaneRuntime, RuntimeFailure
 from .runtime.process import SERVICE_CIDR
 from .status import StatusWriter, get_condition, patch_object
-from .tenant import bootstrap_tenant
+from .tenant import admin_client, bootstrap_tenant
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,9 @@ def service_ip(cidr: str = SERVICE_CIDR) -> str:
 
 class ControlPlaneController:
     def __init__(self, registry: Registry, runtime: ControlPlaneRuntime | None, secrets: SecretStore | None,
-                 events: EventRecorder) -> None:
+                 events: EventRecorder, nodes: NodePromoter | None = None) -> None:
         self.registry = registry
+        self.nodes = nodes
         self.runtime = runtime
         self.secrets = secrets
         self.events = events
@@ -125,19 +127,54 @@ class ControlPlaneController:
                                          state.reason, state.message)
             raise Requeue(POLL)
         writer.condition("ControlPlaneReady", True, state.reason, state.message)
-        desired = desired_nodes(obj)
-        if desired == 0:
+        if self.nodes is not None and desired_nodes(obj) > 0:
+            await self._promote(obj, writer, pki, state.endpoint, self.nodes)
+        elif desired_nodes(obj) == 0:
+            if self.nodes is not None and (obj.get("status") or {}).get("nodes"):
+                await self._promote(obj, writer, pki, state.endpoint, self.nodes)  # scaled to zero: release
+            writer.set(nodes=[])
             writer.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
             writer.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")
             writer.phase("Completed", "Ready", f"control plane ready at {state.endpoint}")
         else:
-            message = (f"the spec asks for {desired} node(s) but node promotion is not available in this "
-                       f"version; the control plane is ready at {state.endpoint}")
+            message = (f"the spec asks for {desired_nodes(obj)} node(s) but no node joiner is configured; "
+                       f"the control plane is ready at {state.endpoint}")
             writer.condition("NodesReady", False, NO_PROMOTION_REASON, message)
             writer.condition("Ready", False, NO_PROMOTION_REASON, message)
             writer.phase("Initialized", NO_PROMOTION_REASON, message)
-        await self._write_and_report(obj, writer, "Normal", "ControlPlaneReady", state.message)
+        await self._write_and_report(obj, writer, "Normal", writer.status.get("reason", "ControlPlaneReady"),
+                                     writer.status.get("message", state.message))
         raise Requeue(HEALTH_CHECK)  # a ready control plane is still watched: crashed components come back
+
+    async def _promote(self, obj: Obj, writer: StatusWriter, pki: TenantPki, endpoint: str,
+                       nodes: NodePromoter) -> None:
+        """Nodes follow the spec; the phase says where that stands."""
+        tenant = admin_client(pki, endpoint)
+        try:
+            report = await nodes.reconcile(obj, tenant)
+        finally:
+            await tenant.close()
+        writer.set(nodes=report.nodes)
+        previous = (obj.get("status") or {}).get("phase")
+        counts = f"{report.ready}/{len(report.nodes)} promoted nodes ready"
+        if report.complete:
+            if report.nodes:
+                writer.condition("NodesReady", True, "NodesReady", counts)
+            else:
+                writer.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
+            writer.condition("Ready", True, "Ready", f"control plane ready at {endpoint}; {counts}")
+            writer.phase("Completed", "Ready", f"control plane ready at {endpoint}; {counts}")
+            return
+        problems = "; ".join(report.shortages + report.waiting)
+        reason = "InsufficientNodes" if report.shortages else "NodesJoining"
+        writer.condition("NodesReady", False, reason, f"{counts}: {problems}")
+        writer.condition("Ready", False, reason, f"{counts}: {problems}")
+        if report.shortages and not report.nodes:
+            writer.phase("Pending", reason, f"waiting for nodes: {problems}")
+        elif previous in ("Completed", "Updating"):
+            writer.phase("Updating", reason, f"{counts}: {problems}")
+        else:
+            writer.phase("Initialized", reason, f"{counts}: {problems}")
 
     async def _write_and_report(self, obj: Obj, writer: StatusWriter, type_: str, reason: str, message: str) -> None:
         before = (obj.get("status") or {}).get("reason")
@@ -154,6 +191,22 @@ class ControlPlaneController:
 
     # -- delete ----------------------------------------------------------------------
 
+    async def _release_nodes(self, obj: Obj, nodes: NodePromoter) -> None:
+        """Every node goes back before the control plane goes away (the tenant drains them first)."""
+        meta = obj["metadata"]
+        tenant = None
+        endpoint = (obj.get("status") or {}).get("controlPlaneEndpoint")
+        stored = await self.secrets.get(PKI_KIND, meta["namespace"], meta["name"]) if self.secrets else None
+        if endpoint and stored is not None:
+            tenant = admin_client(TenantPki({k: v for k, v in stored.items() if k != "uid"}), endpoint)
+        try:
+            released = await nodes.release_all(obj, tenant)
+        finally:
+            if tenant is not None:
+                await tenant.close()
+        if released:
+            log.info("returned %d node(s) of %s/%s to the host", released, meta["namespace"], meta["name"])
+
     async def _delete(self, obj: Obj) -> None:
         meta = obj["metadata"]
         if FINALIZER not in (meta.get("finalizers") or []):
@@ -163,6 +216,8 @@ class ControlPlaneController:
             writer.phase("Deleting", "TearingDown", "removing the control plane")
             obj = await writer.write()
             await self.events.record(obj, "Normal", "Deleting", "removing the control plane")
+        if self.nodes is not None:
+            await self._release_nodes(obj, self.nodes)
         if self.runtime is not None:
             await self.runtime.teardown(meta["namespace"], meta["name"])
         if self.secrets is not None:

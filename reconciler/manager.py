@@ -12,11 +12,15 @@ from aiohttp import web
 
 from apiserver import errors
 from apiserver.app import ServerState
+from apiserver.kubeclient import HostError, HostUnavailable
 
 from .controlplane import ControlPlaneController, Requeue
 from .informer import Informer, split_key
+from .kwokjoiner import KwokJoiner
 from .leader import LeaderElector
+from .nodes import NodePromoter
 from .runtime.base import ControlPlaneRuntime
+from .runtime.process import ProcessRuntime
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -28,7 +32,10 @@ class Manager:
         self.state = state
         self.workers = workers
         self.resync_period = resync_period
-        self.controller = ControlPlaneController(state.registry, runtime, state.secrets, state.events)
+        self.nodes = None
+        if state.host is not None and isinstance(runtime, ProcessRuntime):
+            self.nodes = NodePromoter(state.host, KwokJoiner(runtime), state.events)
+        self.controller = ControlPlaneController(state.registry, runtime, state.secrets, state.events, self.nodes)
         self.elector = LeaderElector(state.etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
 
@@ -47,6 +54,8 @@ class Manager:
         queue = WorkQueue()
         informer = Informer(self.state.store.cache, queue.add, self.resync_period)
         tasks = [asyncio.create_task(informer.run(), name="informer")]
+        if self.nodes is not None:
+            tasks.append(asyncio.create_task(self._orphans(self.nodes), name="orphan-nodes"))
         tasks += [asyncio.create_task(self._worker(queue), name=f"worker-{i}") for i in range(self.workers)]
         try:
             await asyncio.gather(*tasks)
@@ -55,6 +64,26 @@ class Manager:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await queue.shutdown()
+
+    async def _orphans(self, nodes: NodePromoter) -> None:
+        """Claims left by a VirtualCluster that no longer exists go back to the host."""
+        async def exists(namespace: str, name: str) -> bool:
+            try:
+                await self.state.registry.get(namespace, name)
+                return True
+            except errors.ApiError as e:
+                if e.code == 404:
+                    return False
+                raise
+
+        while True:
+            try:
+                returned = await nodes.release_orphans(exists)
+                if returned:
+                    log.warning("returned orphaned node claims to the host: %s", ", ".join(returned))
+            except (errors.ApiError, HostError, HostUnavailable) as e:
+                log.warning("orphan node check failed: %s", e)
+            await asyncio.sleep(30)
 
     async def _worker(self, queue: WorkQueue) -> None:
         while (key := await queue.get()) is not None:

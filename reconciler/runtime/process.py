@@ -195,7 +195,7 @@ class ProcessRuntime:
 
     # -- processes -------------------------------------------------------------------
 
-    def _alive(self, pid: int, base: Path) -> bool:
+    def alive(self, pid: int, base: Path) -> bool:
         """Alive and ours: a recycled pid running something else does not count."""
         child = self._children.get(pid)
         if child is not None and child.poll() is not None:  # reaps our own exited children
@@ -213,13 +213,13 @@ class ProcessRuntime:
         except (OSError, IndexError):
             return False
 
-    def _pid(self, base: Path, component: str) -> int:
+    def pid(self, base: Path, component: str) -> int:
         try:
             return int((base / f"{component}.pid").read_text().strip() or 0)
         except (FileNotFoundError, ValueError):
             return 0
 
-    def _spawn(self, base: Path, component: str, command: list[str]) -> int:
+    def spawn(self, base: Path, component: str, command: list[str]) -> int:
         logs = base / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{component}.log", "ab") as out:
@@ -294,17 +294,17 @@ class ProcessRuntime:
         now = time.monotonic()
         all_alive = True
         for component in components:
-            if self._alive(self._pid(base, component), base):
+            if self.alive(self.pid(base, component), base):
                 continue
             all_alive = False
             health = self._health.setdefault((namespace, name, component), _Health())
-            if self._pid(base, component):
+            if self.pid(base, component):
                 health.last_error = self._last_error(base, component)
                 if health.next_start == 0.0:
                     health.restarts += 1
                     health.next_start = now + min(2 ** min(health.restarts, 5), MAX_BACKOFF)
             if now >= health.next_start:
-                pid = self._spawn(base, component, commands[component])
+                pid = self.spawn(base, component, commands[component])
                 health.next_start = 0.0
                 log.info("started %s for %s/%s (pid %d)", component, namespace, name, pid)
             if health.restarts:
@@ -323,13 +323,13 @@ class ProcessRuntime:
 
     async def _stop_all(self, base: Path) -> None:
         """Kill every component now: their data is removed right after, nothing to flush."""
-        pids = [self._pid(base, c) for c in COMPONENTS]
+        pids = [self.pid(base, pidfile.stem) for pidfile in base.glob("*.pid")]  # components and helpers (kwok)
         for pid in pids:
-            if pid and self._alive(pid, base):
+            if pid and self.alive(pid, base):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
         for _ in range(50):  # reaped within a few hundred milliseconds
-            if not any(pid and self._alive(pid, base) for pid in pids):
+            if not any(pid and self.alive(pid, base) for pid in pids):
                 return
             await asyncio.sleep(0.1)
 

@@ -21,6 +21,7 @@ from apiserver.kubeclient import KubeClient
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 from hack.harness import HostCluster, create_fake_nodes, free_port, wait_until
+from reconciler.runtime.base import RuntimeFailure
 from reconciler.runtime.pods import KINDS, PodsRuntime
 
 pytestmark = pytest.mark.e2e
@@ -264,6 +265,9 @@ async def test_host_network_without_external_port_gets_a_stable_port(runtime: Po
     ports = [(await runtime.ensure(vc, pki)).port for vc in (one, two)]
     assert ports[0] != ports[1]
     assert all(40000 <= p <= 49999 for p in ports)
+    apiserver = (await objects(client, namespace, "hp-one", ("Deployment",)))["Deployment/hp-one-apiserver"]
+    preferred = pod_spec(apiserver)["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred[0]["preference"]["matchFields"][0]["values"] == ["node-control-plane"]  # the endpoint's node
     fresh = PodsRuntime(client)  # a restarted server finds the same ports on the host
     await fresh.refresh_nodes()
     assert [(await fresh.ensure(vc, pki)).port for vc in (one, two)] == ports
@@ -275,17 +279,40 @@ async def test_teardown_removes_everything(runtime: PodsRuntime, client: KubeCli
     pki = await make_pki(runtime.endpoint_host(gone))
     for vc in (keep, gone):
         await runtime.ensure(vc, pki)
+    await wait_for_pods(client, namespace, "gone", 4)  # and their claim: teardown must remove those too
     assert {(namespace, "keep"), (namespace, "gone")} <= set(await runtime.owned())
 
     await runtime.teardown(namespace, "gone")
 
     assert await objects(client, namespace, "gone", tuple(KINDS)) == {}
     assert (namespace, "gone") not in await runtime.owned()
-    assert len(await objects(client, namespace, "keep")) == 11  # a neighbour in the namespace is untouched
+    assert len(await objects(client, namespace, "keep", APPLIED_KINDS)) == 11  # its neighbour is untouched
     await runtime.teardown(namespace, "gone")  # idempotent
     await runtime.teardown(namespace, "never-existed")
 
 
-async def test_endpoint_host_prefers_external_ip(client: KubeClient) -> None:
+async def test_endpoint_host(client: KubeClient, control_plane_ip: str) -> None:
+    """externalIP when set; else the control-plane node's address, looked up in the background at first."""
     runtime = PodsRuntime(client)
     assert runtime.endpoint_host(virtual_cluster("ns", "x", externalIP="vc.example.com")) == "vc.example.com"
+    with pytest.raises(RuntimeFailure) as lookup:
+        runtime.endpoint_host(virtual_cluster("ns", "x"))
+    assert lookup.value.reason == "LookingUpEndpoint"
+    for _ in range(100):
+        try:
+            assert runtime.endpoint_host(virtual_cluster("ns", "x")) == control_plane_ip
+            return
+        except RuntimeFailure:
+            await asyncio.sleep(0.1)
+    raise AssertionError("the control-plane node's address was never found")
+
+
+async def test_rejected_spec_is_explained(runtime: PodsRuntime, namespace: str) -> None:
+    vc = virtual_cluster(namespace, "badport", kubeInKubeConfig={"externalPort": 80})
+    await runtime.refresh_nodes()
+    pki = await make_pki(runtime.endpoint_host(vc))
+    with pytest.raises(RuntimeFailure) as failure:
+        await runtime.ensure(vc, pki)
+    assert failure.value.reason == "Invalid"
+    assert f"applying Service {namespace}/badport-apiserver: the host answered 422" in failure.value.message
+    assert "80" in failure.value.message

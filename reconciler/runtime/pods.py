@@ -1,0 +1,678 @@
+"""The ``pods`` runtime: a tenant control plane as workloads in the host cluster (production).
+
+Per VirtualCluster, in its own namespace on the host, every object named
+``<vc>-<component>`` and server-side applied (field manager ``vc-apiserver``), so
+``ensure`` converges whatever state it finds and a second call changes nothing:
+
+- Secrets ``<vc>-etcd``, ``<vc>-apiserver``, ``<vc>-controller-manager``,
+  ``<vc>-scheduler``, ``<vc>-admin``: each component mounts only what it uses. The
+  cluster CA key is only in the controller-manager's (it signs CSRs); the
+  front-proxy and etcd CA keys are in none.
+- etcd: a StatefulSet with a headless Service ``<vc>-etcd`` for peer and client DNS.
+  Its serving/peer certificates are minted here from the tenant's etcd CA, because
+  the tenant PKI's etcd certificates only name loopback (right for the ``process``
+  runtime, wrong for pods reached by DNS); they are kept in the Secret and reused
+  until they near expiry or the CA changes.
+- kube-apiserver, kube-controller-manager, kube-scheduler: Deployments with the
+  ``process`` runtime's flags; leader election is on, since a rolling update briefly
+  runs two controller-managers or schedulers.
+- The apiserver is exposed by a NodePort Service ``<vc>-apiserver`` (port 6443,
+  nodePort = ``externalPort`` when set), or with ``hostNetwork`` on a host port
+  (``externalPort``, else one allocated from ``host_port_range``) and no Service.
+
+Every pod lands on control-plane nodes, and a change of a component's Secret rolls
+its pods (a hash of the Secret is a pod-template annotation). Readiness is the
+tenant apiserver's ``/readyz`` at the endpoint users get, never pod status: pods can
+be Running while nothing answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from cryptography import x509
+
+from apiserver.kubeclient import HostError, HostUnavailable, KubeClient
+from certs import pki as pkilib
+from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
+from reconciler.tenant import admin_client
+
+from .base import ControlPlaneState, Obj, RuntimeFailure
+from .process import SERVICE_CIDR
+
+log = logging.getLogger(__name__)
+
+KUBERNETES_VERSION = "v1.35.4"  # the version pinned in hack/versions.env
+ETCD_IMAGE = "registry.k8s.io/etcd:3.6.6-0"  # kubeadm's etcd for Kubernetes 1.35
+FIELD_MANAGER = "vc-apiserver"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+COMPONENT = "app.kubernetes.io/component"
+OWNER = "kosmos.io/virtualcluster"
+PKI_HASH = "kosmos.io/pki-hash"
+OWNED_SELECTOR = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}"
+CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+
+APISERVER_PORT = 6443
+ETCD_CLIENT, ETCD_PEER, ETCD_PROBE = 2379, 2380, 2381
+PKI_DIR = "/etc/kubernetes/pki"
+CONFIG_DIR = "/etc/kubernetes/config"
+MAX_STS_NAME = 52  # a StatefulSet's name + its revision hash must fit a 63-character label
+NODE_CACHE_TTL = 60.0  # seconds an endpoint node address is trusted before it is looked up again
+STARTUP_GRACE = 300.0  # seconds pods may take to start before "Starting" becomes a complaint
+FAILING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+           "CreateContainerError", "RunContainerError"}
+
+# kind → (API prefix, plural): everything this runtime creates, or its controllers create with our labels
+KINDS: dict[str, tuple[str, str]] = {
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
+    "ReplicaSet": ("/apis/apps/v1", "replicasets"),
+    "ControllerRevision": ("/apis/apps/v1", "controllerrevisions"),
+    "Pod": ("/api/v1", "pods"),
+    "Service": ("/api/v1", "services"),
+    "Secret": ("/api/v1", "secrets"),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
+}
+# the kinds ensure() creates, or that outlive their owners: what owned() looks for
+ROOT_KINDS = ("Deployment", "StatefulSet", "Service", "Secret", "PersistentVolumeClaim")
+COMPONENTS = ("etcd", "apiserver", "controller-manager", "scheduler")
+
+
+def _path(kind: str, namespace: str | None = None, name: str = "") -> str:
+    prefix, plural = KINDS[kind]
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{prefix}{scope}/{plural}" + (f"/{name}" if name else "")
+
+
+def _b64(data: bytes | str) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def _digest(data: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _url(host: str, port: int) -> str:
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def _age(obj: Obj) -> float:
+    created = obj.get("metadata", {}).get("creationTimestamp")
+    if not created:
+        return 0.0
+    return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one VirtualCluster's spec asks of the host, with the runtime's defaults filled in."""
+
+    namespace: str
+    name: str
+    endpoint_host: str
+    host_network: bool
+    replicas: int
+    external_port: int | None
+    storage_class: str | None
+    storage_size: str
+
+    def object_name(self, component: str) -> str:
+        return f"{self.name}-{component}"
+
+    def labels(self, component: str) -> dict[str, str]:
+        return {MANAGED_BY: FIELD_MANAGER, OWNER: self.name, COMPONENT: component}
+
+    @property
+    def etcd_service_dns(self) -> str:
+        return f"{self.object_name('etcd')}.{self.namespace}.svc"
+
+    def etcd_member(self, index: int) -> str:
+        return f"{self.object_name('etcd')}-{index}.{self.etcd_service_dns}"
+
+    @property
+    def selector(self) -> str:
+        return f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={self.name}"
+
+
+@dataclass
+class PodsRuntime:
+    """Tenant control planes as host Deployments/StatefulSets/Services/Secrets, through ``client``."""
+
+    client: KubeClient
+    kubernetes_version: str = KUBERNETES_VERSION
+    registry: str = "registry.k8s.io"
+    etcd_image: str = ETCD_IMAGE
+    etcd_replicas: int = 1
+    host_port_range: tuple[int, int] = (40000, 49999)
+    teardown_timeout: float = 120.0
+    name: str = "pods"
+    _nodes: list[tuple[str, str]] | None = field(default=None, repr=False)  # (node name, InternalIP), by name
+    _nodes_at: float = field(default=0.0, repr=False)
+    _nodes_task: asyncio.Task[None] | None = field(default=None, repr=False)
+    _host_ports: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # allocated, not yet seen
+
+    def __post_init__(self) -> None:
+        # endpoint_host() is synchronous and is asked before the first ensure(): look the
+        # control-plane nodes up now, when constructed inside the server's event loop.
+        self._refresh_in_background()
+
+    # -- the endpoint --------------------------------------------------------------------
+
+    def endpoint_host(self, vc: Obj) -> str:
+        """``externalIP`` if set; else the InternalIP of the first control-plane node by name.
+
+        A NodePort answers on every node, so any node address works; a control-plane node
+        is chosen because it is stable and is where the tenant's pods run (a hostNetwork
+        apiserver prefers that very node). The address is cached and refreshed by
+        ``ensure``; until the first lookup has finished this raises a retryable failure.
+        """
+        external = (vc.get("spec") or {}).get("externalIP")
+        if external:
+            return str(external)
+        if not self._nodes:
+            self._refresh_in_background()
+            if self._nodes is None:
+                raise RuntimeFailure("LookingUpEndpoint", "looking up the host's control-plane nodes for the "
+                                                          "tenant apiserver's address; retrying shortly")
+            raise RuntimeFailure("NoControlPlaneNode", f"no host node labelled {CONTROL_PLANE_ROLE} has an "
+                                                       f"InternalIP; set spec.externalIP or label a node")
+        return self._nodes[0][1]
+
+    def _refresh_in_background(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._nodes_task is None or self._nodes_task.done():
+            self._nodes_task = loop.create_task(self._refresh_quietly(), name="pods-runtime-nodes")
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh_nodes()
+        except (HostError, HostUnavailable) as e:
+            log.warning("looking up control-plane nodes: %s", e)
+
+    async def refresh_nodes(self) -> None:
+        """Cache (name, InternalIP) of the host's control-plane nodes, sorted by name."""
+        nodes = await self.client.get("/api/v1/nodes", labelSelector=CONTROL_PLANE_ROLE)
+        found = []
+        for node in nodes.get("items", []):
+            addresses = (node.get("status") or {}).get("addresses") or []
+            ip = next((a["address"] for a in addresses if a.get("type") == "InternalIP"), None)
+            if ip:
+                found.append((node["metadata"]["name"], ip))
+        self._nodes, self._nodes_at = sorted(found), time.monotonic()
+
+    async def _fresh_nodes(self) -> None:
+        if self._nodes is None or time.monotonic() - self._nodes_at > NODE_CACHE_TTL:
+            try:
+                await self.refresh_nodes()
+            except (HostError, HostUnavailable) as e:
+                if self._nodes is None:
+                    raise RuntimeFailure("HostUnavailable", f"listing the host's control-plane nodes: {e}") from None
+
+    # -- host calls ----------------------------------------------------------------------
+
+    async def _call(self, what: str, method: str, path: str, **kwargs: Any) -> Any:
+        """A host request whose failure is explained to the user as a RuntimeFailure."""
+        try:
+            return await self.client.request(method, path, **kwargs)
+        except HostError as e:
+            raise RuntimeFailure(e.reason or "HostRejected", f"{what}: the host answered {e.code}: {e.message}") \
+                from None
+        except HostUnavailable as e:
+            raise RuntimeFailure("HostUnavailable", f"{what}: {e}") from None
+
+    async def _apply(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        path = _path(obj["kind"], meta["namespace"], meta["name"])
+        return await self._call(f"applying {obj['kind']} {meta['namespace']}/{meta['name']}", "PATCH", path,
+                                body=obj, content_type="application/apply-patch+yaml",
+                                params={"fieldManager": FIELD_MANAGER, "force": "true", "fieldValidation": "Strict"})
+
+    async def _get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return await self.client.get(_path(kind, namespace, name))
+        except HostError as e:
+            if e.code == 404:
+                return None
+            raise RuntimeFailure(e.reason or "HostRejected", f"reading {kind} {namespace}/{name}: {e.message}") \
+                from None
+        except HostUnavailable as e:
+            raise RuntimeFailure("HostUnavailable", f"reading {kind} {namespace}/{name}: {e}") from None
+
+    async def _list(self, kind: str, namespace: str | None, selector: str) -> list[Obj]:
+        found = await self._call(f"listing {kind}", "GET", _path(kind, namespace), params={"labelSelector": selector})
+        return list(found.get("items") or [])
+
+    async def _delete(self, kind: str, namespace: str, name: str) -> None:
+        try:
+            await self.client.delete(_path(kind, namespace, name),
+                                     {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
+        except HostError as e:
+            if e.code != 404:
+                raise RuntimeFailure(e.reason or "HostRejected", f"deleting {kind} {namespace}/{name}: {e.message}") \
+                    from None
+        except HostUnavailable as e:
+            raise RuntimeFailure("HostUnavailable", f"deleting {kind} {namespace}/{name}: {e}") from None
+
+    # -- the contract --------------------------------------------------------------------
+
+    async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
+        await self._fresh_nodes()
+        plan = self._plan(vc)
+        port = await self._apiserver_port(plan)
+        endpoint = _url(plan.endpoint_host, port)
+        secrets = await self._secrets(plan, pki, endpoint, port)
+        for secret in secrets.values():
+            await self._apply(secret)
+        hashes = {c: _digest(s["data"]) for c, s in secrets.items()}
+        await self._apply(self._etcd_service(plan))
+        await self._apply(await self._etcd(plan, hashes["etcd"]))
+        await self._apply(self._apiserver(plan, port, hashes["apiserver"]))
+        await self._apply(self._controller_manager(plan, hashes["controller-manager"]))
+        await self._apply(self._scheduler(plan, hashes["scheduler"]))
+        return await self._state(plan, pki, endpoint, port)
+
+    async def teardown(self, namespace: str, name: str) -> None:
+        """Delete by label, workloads first (so nothing is recreated), until nothing is left or time is up."""
+        selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"
+        self._host_ports.pop((namespace, name), None)
+        deadline = time.monotonic() + self.teardown_timeout
+        while True:
+            left = [(kind, obj) for kind in KINDS for obj in await self._list(kind, namespace, selector)]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(f"{k} {o['metadata']['name']}" for k, o in left[:10])
+                raise RuntimeFailure("TeardownIncomplete",
+                                     f"after {self.teardown_timeout:.0f}s these still exist in {namespace}: {names}")
+            for kind, obj in left:
+                if not obj["metadata"].get("deletionTimestamp"):
+                    await self._delete(kind, namespace, obj["metadata"]["name"])
+            await asyncio.sleep(0.5)
+
+    async def owned(self) -> list[tuple[str, str]]:
+        found: set[tuple[str, str]] = set()
+        for kind in ROOT_KINDS:
+            for obj in await self._list(kind, None, OWNED_SELECTOR):
+                found.add((obj["metadata"]["namespace"], obj["metadata"]["labels"][OWNER]))
+        return sorted(found)
+
+    # -- planning ------------------------------------------------------------------------
+
+    def _plan(self, vc: Obj) -> _Plan:
+        meta, spec = vc["metadata"], vc.get("spec") or {}
+        shape = spec.get("kubeInKubeConfig") or {}
+        name = meta["name"]
+        if len(f"{name}-etcd") > MAX_STS_NAME:
+            raise RuntimeFailure("NameTooLong", f"the pods runtime names host objects <name>-etcd, which must be at "
+                                                f"most {MAX_STS_NAME} characters; use a name of at most "
+                                                f"{MAX_STS_NAME - 5}")
+        return _Plan(namespace=meta["namespace"], name=name, endpoint_host=self.endpoint_host(vc),
+                     host_network=shape.get("apiServerServiceType") == "hostNetwork",
+                     replicas=int(shape.get("apiServerReplicas") or 1),
+                     external_port=int(shape["externalPort"]) if shape.get("externalPort") else None,
+                     storage_class=shape.get("etcdStorageClass") or None,
+                     storage_size=str(shape.get("etcdUnitSize") or "1Gi"))
+
+    async def _apiserver_port(self, plan: _Plan) -> int:
+        """The port users reach: the Service's nodePort, or the apiserver's host port with hostNetwork."""
+        if not plan.host_network:
+            service = await self._apply(self._apiserver_service(plan))
+            return int(service["spec"]["ports"][0]["nodePort"])
+        await self._delete("Service", plan.namespace, plan.object_name("apiserver"))  # left by a NodePort spec
+        if plan.external_port:
+            return plan.external_port
+        return await self._allocate_host_port(plan)
+
+    async def _allocate_host_port(self, plan: _Plan) -> int:
+        """Keep the port this tenant has; else the first one no other hostNetwork tenant apiserver uses."""
+        key = (plan.namespace, plan.name)
+        taken: set[int] = set()
+        for deploy in await self._list("Deployment", None, f"{MANAGED_BY}={FIELD_MANAGER},{COMPONENT}=apiserver"):
+            pod = deploy["spec"]["template"]["spec"]
+            if not pod.get("hostNetwork"):
+                continue
+            port = int(pod["containers"][0]["ports"][0]["containerPort"])
+            if (deploy["metadata"]["namespace"], deploy["metadata"]["labels"].get(OWNER)) == key:
+                return port
+            taken.add(port)
+        taken |= {port for other, port in self._host_ports.items() if other != key}
+        if self._host_ports.get(key, 0) not in taken | {0}:
+            return self._host_ports[key]
+        low, high = self.host_port_range
+        for port in range(low, high + 1):
+            if port not in taken:
+                self._host_ports[key] = port  # no await since the list: no race
+                return port
+        raise RuntimeFailure("NoFreeHostPorts", f"every host port in {low}-{high} is used by a hostNetwork tenant "
+                                                f"apiserver; set kubeInKubeConfig.externalPort")
+
+    # -- secrets -------------------------------------------------------------------------
+
+    async def _secrets(self, plan: _Plan, pki: TenantPki, endpoint: str, port: int) -> dict[str, Obj]:
+        """One Secret per component (and the admin kubeconfig), keyed by component."""
+        f = pki.files
+        # in-cluster components reach a NodePort apiserver through its Service, naming a SAN it has
+        internal: tuple[str, str | None] = (_url(plan.endpoint_host, port), None)
+        if not plan.host_network:
+            internal = (f"https://{plan.object_name('apiserver')}.{plan.namespace}.svc:{APISERVER_PORT}", "kubernetes")
+        return {
+            "etcd": self._secret(plan, "etcd", await self._etcd_certs(plan, pki)),
+            "apiserver": self._secret(plan, "apiserver", {k: f[k] for k in (
+                "ca.crt", "apiserver.crt", "apiserver.key", "apiserver-etcd-client.crt", "apiserver-etcd-client.key",
+                "etcd-ca.crt", "front-proxy-ca.crt", "front-proxy-client.crt", "front-proxy-client.key",
+                "sa.pub", "sa.key")}),
+            "controller-manager": self._secret(plan, "controller-manager", {
+                "ca.crt": f["ca.crt"], "ca.key": f["ca.key"], "sa.key": f["sa.key"],
+                "kubeconfig": _kubeconfig(pki, "controller-manager", *internal)}),
+            "scheduler": self._secret(plan, "scheduler", {"kubeconfig": _kubeconfig(pki, "scheduler", *internal)}),
+            "admin": self._secret(plan, "admin", {"kubeconfig": _kubeconfig(pki, "admin", endpoint, None)}),
+        }
+
+    def _secret(self, plan: _Plan, component: str, files: dict[str, bytes | str]) -> Obj:
+        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": self._meta(plan, component),
+                "data": {k: _b64(v) for k, v in sorted(files.items())}}
+
+    async def _etcd_certs(self, plan: _Plan, pki: TenantPki) -> dict[str, bytes | str]:
+        """etcd serving and peer certificates for its DNS names: the ones in the Secret while still good."""
+        hosts = [f"*.{plan.etcd_service_dns}", f"*.{plan.etcd_service_dns}.cluster.local", plan.etcd_service_dns,
+                 "localhost", "127.0.0.1"]
+        existing = await self._get("Secret", plan.namespace, plan.object_name("etcd"))
+        old = {k: base64.b64decode(v) for k, v in ((existing or {}).get("data") or {}).items()}
+        out: dict[str, bytes | str] = {"etcd-ca.crt": pki.files["etcd-ca.crt"]}
+        for stem in ("etcd-server", "etcd-peer"):
+            crt, key = old.get(f"{stem}.crt"), old.get(f"{stem}.key")
+            if crt is None or key is None or not _still_good(crt, pki.cert("etcd-ca"), hosts):
+                pair = await asyncio.to_thread(pkilib.new_leaf, pki.pair("etcd-ca"), stem, hosts=hosts,
+                                               usages=(pkilib.SERVER_AUTH, pkilib.CLIENT_AUTH), days=VALIDITY_DAYS)
+                crt, key = pair.cert_pem, pair.key_pem
+            out[f"{stem}.crt"], out[f"{stem}.key"] = crt, key
+        return out
+
+    # -- workloads -----------------------------------------------------------------------
+
+    def _meta(self, plan: _Plan, component: str, suffix: str = "") -> Obj:
+        return {"name": plan.object_name(component) + suffix, "namespace": plan.namespace,
+                "labels": plan.labels(component)}
+
+    def _pod_spec(self, plan: _Plan, component: str, container: Obj, volumes: list[Obj]) -> Obj:
+        """Common to every component: control-plane nodes only, no host API token, spread when replicated."""
+        return {
+            "nodeSelector": {CONTROL_PLANE_ROLE: ""},
+            "tolerations": [{"key": CONTROL_PLANE_ROLE, "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                   "labelSelector": {"matchLabels": plan.labels(component)}}}]}},
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "containers": [container],
+            "volumes": volumes,
+        }
+
+    def _template(self, plan: _Plan, component: str, pki_hash: str, spec: Obj) -> Obj:
+        return {"metadata": {"labels": plan.labels(component), "annotations": {PKI_HASH: pki_hash}}, "spec": spec}
+
+    def _secret_volume(self, plan: _Plan, component: str, volume: str) -> Obj:
+        return {"name": volume, "secret": {"secretName": plan.object_name(component), "defaultMode": 0o400}}
+
+    def _deployment(self, plan: _Plan, component: str, replicas: int, template: Obj,
+                    strategy: Obj | None = None) -> Obj:
+        spec: Obj = {"replicas": replicas, "selector": {"matchLabels": plan.labels(component)}, "template": template}
+        if strategy:
+            spec["strategy"] = strategy
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": self._meta(plan, component), "spec": spec}
+
+    def _image(self, component: str) -> str:
+        return f"{self.registry}/kube-{component}:{self.kubernetes_version}"
+
+    def _etcd_service(self, plan: _Plan) -> Obj:
+        return {"apiVersion": "v1", "kind": "Service", "metadata": self._meta(plan, "etcd"),
+                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": plan.labels("etcd"),
+                         "ports": [{"name": "client", "port": ETCD_CLIENT, "targetPort": ETCD_CLIENT},
+                                   {"name": "peer", "port": ETCD_PEER, "targetPort": ETCD_PEER}]}}
+
+    def _apiserver_service(self, plan: _Plan) -> Obj:
+        port: Obj = {"name": "https", "port": APISERVER_PORT, "targetPort": APISERVER_PORT, "protocol": "TCP"}
+        if plan.external_port:
+            port["nodePort"] = plan.external_port
+        return {"apiVersion": "v1", "kind": "Service", "metadata": self._meta(plan, "apiserver"),
+                "spec": {"type": "NodePort", "selector": plan.labels("apiserver"), "ports": [port]}}
+
+    async def _etcd(self, plan: _Plan, pki_hash: str) -> Obj:
+        members = [f"{plan.object_name('etcd')}-{i}" for i in range(self.etcd_replicas)]
+        pod_dns = f"$(POD_NAME).{plan.etcd_service_dns}"
+        p = "/etc/etcd/pki"
+        container = {
+            "name": "etcd", "image": self.etcd_image,
+            "command": [
+                "etcd", "--name=$(POD_NAME)", "--data-dir=/var/lib/etcd/data",
+                f"--listen-client-urls=https://0.0.0.0:{ETCD_CLIENT}",
+                f"--advertise-client-urls=https://{pod_dns}:{ETCD_CLIENT}",
+                f"--listen-peer-urls=https://0.0.0.0:{ETCD_PEER}",
+                f"--initial-advertise-peer-urls=https://{pod_dns}:{ETCD_PEER}",
+                "--initial-cluster=" + ",".join(f"{m}=https://{plan.etcd_member(i)}:{ETCD_PEER}"
+                                                for i, m in enumerate(members)),
+                "--initial-cluster-state=new", f"--initial-cluster-token={plan.namespace}-{plan.name}",
+                f"--listen-metrics-urls=http://0.0.0.0:{ETCD_PROBE}",
+                f"--cert-file={p}/etcd-server.crt", f"--key-file={p}/etcd-server.key",
+                f"--trusted-ca-file={p}/etcd-ca.crt", "--client-cert-auth",
+                f"--peer-cert-file={p}/etcd-peer.crt", f"--peer-key-file={p}/etcd-peer.key",
+                f"--peer-trusted-ca-file={p}/etcd-ca.crt", "--peer-client-cert-auth",
+                "--log-level=warn", "--snapshot-count=10000"],
+            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+            "ports": [{"name": "client", "containerPort": ETCD_CLIENT}, {"name": "peer", "containerPort": ETCD_PEER},
+                      {"name": "probe", "containerPort": ETCD_PROBE}],
+            "livenessProbe": _http_probe("/livez", ETCD_PROBE, "HTTP", failures=8),
+            "readinessProbe": _http_probe("/readyz", ETCD_PROBE, "HTTP", failures=3),
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"},
+                             {"name": "pki", "mountPath": p, "readOnly": True}],
+        }
+        claim = {"metadata": {"name": "data", "labels": plan.labels("etcd")},
+                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": plan.storage_size}}}}
+        if plan.storage_class:
+            claim["spec"]["storageClassName"] = plan.storage_class
+        existing = await self._get("StatefulSet", plan.namespace, plan.object_name("etcd"))
+        claims = [claim]
+        if existing is not None and existing["spec"].get("volumeClaimTemplates"):
+            # claim templates are immutable: a changed etcdStorageClass/etcdUnitSize cannot reach a running etcd
+            claims = existing["spec"]["volumeClaimTemplates"]
+            if _claim_shape(claims[0]) != _claim_shape(claim):
+                log.warning("%s/%s: etcd volumes keep %s; the spec's %s applies to new clusters only",
+                            plan.namespace, plan.name, _claim_shape(claims[0]), _claim_shape(claim))
+        return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": self._meta(plan, "etcd"),
+                "spec": {"replicas": self.etcd_replicas, "serviceName": plan.object_name("etcd"),
+                         "podManagementPolicy": "Parallel",  # members need each other to become ready
+                         "selector": {"matchLabels": plan.labels("etcd")},
+                         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
+                         "template": self._template(plan, "etcd", pki_hash, self._pod_spec(
+                             plan, "etcd", container, [self._secret_volume(plan, "etcd", "pki")])),
+                         "volumeClaimTemplates": claims}}
+
+    def _apiserver(self, plan: _Plan, host_port: int, pki_hash: str) -> Obj:
+        port = host_port if plan.host_network else APISERVER_PORT
+        p = PKI_DIR
+        etcd = ",".join(f"https://{plan.etcd_member(i)}:{ETCD_CLIENT}" for i in range(self.etcd_replicas))
+        container = {
+            "name": "kube-apiserver", "image": self._image("apiserver"),
+            "command": [
+                "kube-apiserver", "--bind-address=0.0.0.0", "--advertise-address=$(POD_IP)",
+                f"--secure-port={port}", "--endpoint-reconciler-type=none",
+                f"--etcd-servers={etcd}", f"--etcd-cafile={p}/etcd-ca.crt",
+                f"--etcd-certfile={p}/apiserver-etcd-client.crt", f"--etcd-keyfile={p}/apiserver-etcd-client.key",
+                f"--tls-cert-file={p}/apiserver.crt", f"--tls-private-key-file={p}/apiserver.key",
+                f"--client-ca-file={p}/ca.crt", "--authorization-mode=Node,RBAC",
+                f"--requestheader-client-ca-file={p}/front-proxy-ca.crt",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={p}/front-proxy-client.crt",
+                f"--proxy-client-key-file={p}/front-proxy-client.key",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={p}/sa.pub", f"--service-account-signing-key-file={p}/sa.key",
+                f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
+                "--enable-admission-plugins=NodeRestriction", "--v=1"],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
+            "livenessProbe": _http_probe("/livez", port, "HTTPS", failures=8),
+            "readinessProbe": _http_probe("/readyz", port, "HTTPS", failures=3),
+            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+            "volumeMounts": [{"name": "pki", "mountPath": p, "readOnly": True}],
+        }
+        spec = self._pod_spec(plan, "apiserver", container, [self._secret_volume(plan, "apiserver", "pki")])
+        strategy = None
+        if plan.host_network:
+            # a host port can't be shared: replace pods in place, and prefer the node users are sent to
+            spec.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+            strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+            node = next((n for n, ip in self._nodes or [] if ip == plan.endpoint_host), None)
+            if node:
+                spec["affinity"]["nodeAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                    "weight": 100, "preference": {"matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": [node]}]}}]}
+        return self._deployment(plan, "apiserver", plan.replicas, self._template(plan, "apiserver", pki_hash, spec),
+                                strategy)
+
+    def _kube_component(self, plan: _Plan, component: str, pki_hash: str, flags: list[str], port: int,
+                        cpu: str) -> Obj:
+        """controller-manager or scheduler: a kubeconfig from its Secret, health on its secure port."""
+        config = f"{CONFIG_DIR}/kubeconfig"
+        container = {
+            "name": f"kube-{component}", "image": self._image(component),
+            "command": [f"kube-{component}", f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
+                        f"--authorization-kubeconfig={config}", "--bind-address=0.0.0.0",
+                        f"--secure-port={port}", "--leader-elect=true", *flags, "--profiling=false", "--v=1"],
+            "ports": [{"name": "https", "containerPort": port}],
+            "livenessProbe": _http_probe("/healthz", port, "HTTPS", failures=8),
+            "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}},
+            "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        }
+        spec = self._pod_spec(plan, component, container, [self._secret_volume(plan, component, "config")])
+        return self._deployment(plan, component, 1, self._template(plan, component, pki_hash, spec))
+
+    def _controller_manager(self, plan: _Plan, pki_hash: str) -> Obj:
+        c = CONFIG_DIR
+        return self._kube_component(plan, "controller-manager", pki_hash, [
+            f"--service-account-private-key-file={c}/sa.key", f"--root-ca-file={c}/ca.crt",
+            f"--cluster-signing-cert-file={c}/ca.crt", f"--cluster-signing-key-file={c}/ca.key",
+            "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller"], 10257, "200m")
+
+    def _scheduler(self, plan: _Plan, pki_hash: str) -> Obj:
+        return self._kube_component(plan, "scheduler", pki_hash, [], 10259, "100m")
+
+    # -- readiness -----------------------------------------------------------------------
+
+    async def _state(self, plan: _Plan, pki: TenantPki, endpoint: str, port: int) -> ControlPlaneState:
+        """Ready only when the tenant apiserver says so at the endpoint; otherwise say what is known."""
+        client = admin_client(pki, endpoint)
+        try:
+            await client.request("GET", "/readyz", timeout=3)
+            return ControlPlaneState(True, "ControlPlaneRunning", f"tenant apiserver ready at {endpoint}",
+                                     endpoint, port)
+        except HostError as e:
+            answer = f"the tenant apiserver at {endpoint} is not ready yet ({e.code}: {e.message[:200]})"
+        except HostUnavailable as e:
+            answer = f"the tenant apiserver did not answer at {endpoint} ({_cause(e)})"
+        finally:
+            await client.close()
+        pods = await self._list("Pod", plan.namespace, plan.selector)
+        reason, summary = _pods_summary(pods)
+        return ControlPlaneState(False, reason, f"{answer}; {summary}", endpoint, port)
+
+
+def _kubeconfig(pki: TenantPki, stem: str, server: str, tls_server_name: str | None) -> str:
+    config = pkilib.kubeconfig(server, pki.files["ca.crt"], stem, pki.files[f"{stem}.crt"], pki.files[f"{stem}.key"],
+                               cluster="tenant")
+    if tls_server_name:
+        config["clusters"][0]["cluster"]["tls-server-name"] = tls_server_name
+    return json.dumps(config, sort_keys=True)
+
+
+def _still_good(crt: bytes, ca: x509.Certificate, hosts: list[str]) -> bool:
+    """Issued by this CA, naming these hosts, and not about to expire."""
+    try:
+        cert = pkilib.load_cert(crt)
+        cert.verify_directly_issued_by(ca)
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, TypeError, x509.ExtensionNotFound, x509.InvalidSignature):
+        return False
+    named = {str(n) for n in sans.get_values_for_type(x509.DNSName)} | {
+        str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    return set(hosts) <= named and cert.not_valid_after_utc - dt.datetime.now(dt.UTC) > RENEW_BEFORE
+
+
+def _claim_shape(claim: Obj) -> tuple[str | None, str | None]:
+    spec = claim.get("spec") or {}
+    return spec.get("storageClassName"), ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+
+
+def _http_probe(path: str, port: int, scheme: str, failures: int) -> Obj:
+    return {"httpGet": {"path": path, "port": port, "scheme": scheme}, "initialDelaySeconds": 10,
+            "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": failures}
+
+
+def _cause(e: HostUnavailable) -> str:
+    """The short why of a failed connection: refused, timed out, no route, TLS."""
+    cause = e.__cause__
+    if isinstance(cause, TimeoutError):
+        return "no answer in time"
+    if isinstance(cause, aiohttp.ClientConnectorError):
+        return f"{type(cause.os_error).__name__}: {cause.os_error.strerror or cause.os_error}"
+    return f"{type(cause).__name__}: {cause}" if cause is not None else str(e)
+
+
+def _pod_problem(pod: Obj) -> tuple[str, bool]:
+    """Why a pod is not running (and whether that is a failure rather than a start)."""
+    status = pod.get("status") or {}
+    for c in status.get("containerStatuses") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return waiting["reason"], waiting["reason"] in FAILING
+    scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+    if scheduled and scheduled.get("status") == "False":
+        return f"unschedulable: {scheduled.get('message', '')[:120]}", scheduled.get("reason") == "Unschedulable"
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return "not scheduled to a node", False
+    return status.get("phase", "Pending"), False
+
+
+def _pods_summary(pods: list[Obj]) -> tuple[str, str]:
+    """(reason, message) from the host pods' state: what is running, and what is wrong with the rest."""
+    if not pods:
+        return "Starting", "no pods of this control plane exist on the host yet"
+    parts, failing, waiting_since = [], False, 0.0
+    for component in COMPONENTS:
+        mine = [p for p in pods if p["metadata"].get("labels", {}).get(COMPONENT) == component]
+        running = [p for p in mine if (p.get("status") or {}).get("phase") == "Running"]
+        part = f"{component} {len(running)}/{len(mine)} pods running"
+        problems = []
+        for pod in mine:
+            if pod in running:
+                continue
+            problem, bad = _pod_problem(pod)
+            failing |= bad
+            waiting_since = max(waiting_since, _age(pod))
+            problems.append(f"{pod['metadata']['name']}: {problem}")
+        parts.append(part + (f" ({'; '.join(problems[:2])})" if problems else ""))
+    summary = "host pods: " + ", ".join(parts)
+    if failing:
+        return "ComponentFailing", summary
+    if waiting_since > STARTUP_GRACE:
+        return "PodsNotRunning", summary
+    if all((p.get("status") or {}).get("phase") == "Running" for p in pods) and \
+            max(_age(p) for p in pods) > STARTUP_GRACE:
+        return "ApiserverUnreachable", summary
+    return "Starting", summary
