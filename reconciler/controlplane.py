@@ -18,13 +18,13 @@ from apiserver.events import EventRecorder
 from apiserver.registry import Registry
 from apiserver.resource import FINALIZER
 from apiserver.secrets import PKI_KIND, SecretStore
-from apiserver.virtualcluster import desired_nodes
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 
 from .nodes import NodePromoter
 from .runtime.base import ControlPlaneRuntime, RuntimeFailure
 from .runtime.process import SERVICE_CIDR
+from .selection import requests_nodes
 from .status import StatusWriter, get_condition, patch_object
 from .tenant import admin_client, bootstrap_tenant
 
@@ -127,9 +127,10 @@ class ControlPlaneController:
                                          state.reason, state.message)
             raise Requeue(POLL)
         writer.condition("ControlPlaneReady", True, state.reason, state.message)
-        if self.nodes is not None and desired_nodes(obj) > 0:
+        wants_nodes = requests_nodes(obj.get("spec") or {})
+        if self.nodes is not None and wants_nodes:
             await self._promote(obj, writer, pki, state.endpoint, self.nodes)
-        elif desired_nodes(obj) == 0:
+        elif not wants_nodes:
             if self.nodes is not None and (obj.get("status") or {}).get("nodes"):
                 await self._promote(obj, writer, pki, state.endpoint, self.nodes)  # scaled to zero: release
             writer.set(nodes=[])
@@ -137,7 +138,8 @@ class ControlPlaneController:
             writer.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")
             writer.phase("Completed", "Ready", f"control plane ready at {state.endpoint}")
         else:
-            message = (f"the spec asks for {desired_nodes(obj)} node(s) but no node joiner is configured; "
+            message = (f"the spec asks for nodes but no node joiner is configured (it needs a host and the "
+                       f"process runtime); "
                        f"the control plane is ready at {state.endpoint}")
             writer.condition("NodesReady", False, NO_PROMOTION_REASON, message)
             writer.condition("Ready", False, NO_PROMOTION_REASON, message)

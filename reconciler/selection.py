@@ -76,6 +76,13 @@ def allocatable(node: Node, resource: str) -> Decimal:
         return Decimal(0)
 
 
+def requests_nodes(spec: Mapping[str, Any]) -> bool:
+    """Whether the spec asks for any node at all (by count, by name or by resources)."""
+    resources = spec.get("promoteResources") or {}
+    return (any(int(p.get("nodeCount") or 0) > 0 for p in spec.get("promotePolicies") or [])
+            or bool(resources.get("nodes") or resources.get("nodeInfos") or resources.get("resources")))
+
+
 @dataclass
 class Plan:
     """The outcome: nodes to keep, to claim, to release, and what could not be satisfied."""
@@ -133,14 +140,13 @@ def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str) -> Pla
         selector = selector_from_label_selector(policy.get("labelSelector"))
         candidates = [n for n in mine if node_name(n) not in chosen and selector.matches(labels(n))]
         candidates += [n for n in available if node_name(n) not in chosen and selector.matches(labels(n))]
+        free_count = sum(1 for n in candidates if claim_of(n) != owner)  # counted before taking any
         for node in candidates[:want]:
             take(node)
         if len(candidates) < want:
-            free_count = sum(1 for n in available if node_name(n) not in chosen and selector.matches(labels(n)))
             result.shortages.append(
                 f"promotePolicies[{index}] needs {want} node(s) matching "
-                f"{selector.to_string() or 'any labels'}, {len(candidates) - free_count + free_count} available "
-                f"({free_count} free)")
+                f"{selector.to_string() or 'any labels'}, {len(candidates)} available ({free_count} free)")
 
     wanted_resources = resources.get("resources") or {}
     if wanted_resources:
@@ -157,5 +163,10 @@ def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str) -> Pla
             missing = ", ".join(f"{r}={q}" for r, q in wanted_resources.items())
             result.shortages.append(f"promoteResources.resources needs {missing}; free nodes do not cover it")
 
+    if result.shortages:
+        # All or nothing: while the spec cannot be met, claim no new node (keep what is held). A partial
+        # claim would drain host nodes for a cluster that still waits, and two clusters each holding part
+        # of what they need would wait for each other forever.
+        result.claim = []
     result.release = [node_name(n) for n in reversed(mine) if node_name(n) not in chosen]
     return result

@@ -1,0 +1,228 @@
+"""Node promotion on a real host with kwok nodes, real tenant control planes, real kubectl."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hack.harness import Stack, StackPorts, fake_node
+from reconciler.selection import CLAIM_LABEL
+from tests.conftest import EXAMPLES, Kubectl, vc
+
+pytestmark = pytest.mark.e2e
+
+GV = "/apis/kosmos.io/v1alpha1"
+NODES = 6
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack(tmp_path_factory.mktemp("promotion"), StackPorts.free(), runtime="process",
+              extra_args=["--leader-elect-lease-duration", "5"])
+    try:
+        s.up(nodes=NODES)
+        yield s
+    finally:
+        s.down()
+
+
+@pytest.fixture(scope="module")
+def host(stack: Stack) -> Kubectl:
+    return Kubectl(stack.kubeconfig, host_namespaces=True)
+
+
+def policy(count: int, **match: str) -> dict[str, Any]:
+    return {"promotePolicies": [{"labelSelector": {"matchLabels": match or {"type": "kwok"}}, "nodeCount": count}]}
+
+
+def claims(host: Kubectl) -> dict[str, str]:
+    """Host node → claim label value, for every node."""
+    return {n["metadata"]["name"]: n["metadata"].get("labels", {}).get(CLAIM_LABEL, "")
+            for n in host.json("get", "nodes")["items"]}
+
+
+def tenant(host: Kubectl, ns: str, name: str, tmp_path: Path) -> Kubectl:
+    raw = host.run("get", "--raw", f"{GV}/namespaces/{ns}/virtualclusters/{name}/kubeconfig").stdout
+    path = tmp_path / f"{ns}-{name}.kubeconfig"
+    path.write_text(raw)
+    return Kubectl(path)
+
+
+def wait_phase(host: Kubectl, ns: str, name: str, phase: str, timeout: int = 120) -> None:
+    host.run("wait", f"vc/{name}", "-n", ns, f"--for=jsonpath={{.status.phase}}={phase}", f"--timeout={timeout}s",
+             timeout=timeout + 30)
+
+
+def ready_tenant_nodes(t: Kubectl) -> list[str]:
+    return sorted(n["metadata"]["name"] for n in t.json("get", "nodes")["items"]
+                  if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])))
+
+
+def assert_returned(host: Kubectl, names: list[str]) -> None:
+    """Back in the host: no claim label, no taint of ours, schedulable."""
+    for node in host.json("get", "nodes")["items"]:
+        if node["metadata"]["name"] not in names:
+            continue
+        assert CLAIM_LABEL not in node["metadata"].get("labels", {}), node["metadata"]["name"]
+        assert not [t for t in node["spec"].get("taints", []) if t["key"] == CLAIM_LABEL]
+        assert not node["spec"].get("unschedulable"), node["metadata"]["name"]
+
+
+def test_promoted_nodes_are_claimed_in_the_host_and_run_tenant_pods(host: Kubectl, tmp_path: Path) -> None:
+    ns = host.ensure_namespace("promo")
+    host.run("create", "-f", "-", input=json.dumps(vc("two", ns, policy(2))))
+    wait_phase(host, ns, "two", "Completed")
+    claimed = [n for n, v in claims(host).items() if v == f"{ns}.two"]
+    assert len(claimed) == 2
+    for node in host.json("get", "nodes")["items"]:
+        if node["metadata"]["name"] in claimed:
+            assert node["spec"]["unschedulable"] is True
+            assert {"key": CLAIM_LABEL, "value": f"{ns}.two", "effect": "NoSchedule"} in node["spec"]["taints"]
+    t = tenant(host, ns, "two", tmp_path)
+    assert ready_tenant_nodes(t) == sorted(claimed)
+    t.run("create", "deployment", "web", "--image=registry.k8s.io/pause:3.10", "--replicas=2")
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        pods = t.json("get", "pods", "-l", "app=web")["items"]
+        if len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods):
+            break
+        time.sleep(1)
+    assert [p["status"].get("phase") for p in pods] == ["Running", "Running"]
+    assert {p["spec"]["nodeName"] for p in pods} <= set(claimed)
+
+    for count in (3, 1):
+        host.run("patch", "vc", "two", "-n", ns, "--type", "json",
+                 "-p", json.dumps([{"op": "replace", "path": "/spec/promotePolicies/0/nodeCount", "value": count}]))
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            now = [n for n, v in claims(host).items() if v == f"{ns}.two"]
+            if len(now) == count and ready_tenant_nodes(t) == sorted(now):
+                break
+            time.sleep(1)
+        assert len(now) == count and ready_tenant_nodes(t) == sorted(now)
+        assert_returned(host, [n for n in claims(host) if n not in now and n != "node-control-plane"])
+    wait_phase(host, ns, "two", "Completed")
+    host.run("delete", "vc", "two", "-n", ns, "--wait", timeout=120)
+    assert_returned(host, list(claims(host)))
+
+
+def test_resources_request_promotes_enough_nodes(host: Kubectl) -> None:
+    ns = host.ensure_namespace("resources")
+    host.run("create", "-f", "-", input=json.dumps(vc("cpu", ns, {"promoteResources": {"resources": {"cpu": 10}}})))
+    wait_phase(host, ns, "cpu", "Completed")
+    claimed = [n for n, v in claims(host).items() if v == f"{ns}.cpu"]
+    cpus = [int(host.json("get", "node", n)["status"]["allocatable"]["cpu"]) for n in claimed]
+    assert sum(cpus) >= 10 and sum(cpus) - min(cpus) < 10  # enough, and no node more than needed
+    host.run("delete", "vc", "cpu", "-n", ns, "--wait", timeout=120)
+    assert_returned(host, claimed)
+
+
+def test_the_kosmos_proposal_example_promotes_the_nodes_it_names(host: Kubectl) -> None:
+    example = yaml.safe_load((EXAMPLES / "kosmos-proposal.yaml").read_text())
+    host.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        fake_node("node1", 1), fake_node("node2", 2), fake_node("node-extra", 4)]}))
+    host.ensure_namespace(example["metadata"]["namespace"])
+    host.run("apply", "-f", str(EXAMPLES / "kosmos-proposal.yaml"))
+    wait_phase(host, "tenant1", "tenant1-cluster", "Completed", timeout=150)
+    claimed = sorted(n for n, v in claims(host).items() if v == "tenant1.tenant1-cluster")
+    assert {"node1", "node2"} <= set(claimed)
+    memory = sum(int(host.json("get", "node", n)["status"]["allocatable"]["memory"].rstrip("Gi")) for n in claimed)
+    assert memory >= 100
+    host.run("delete", "-f", str(EXAMPLES / "kosmos-proposal.yaml"), "--wait", timeout=120)
+    assert_returned(host, claimed)
+    host.run("delete", "node", "node1", "node2", "node-extra")
+
+
+def test_competing_clusters_never_share_a_node_and_the_loser_waits(host: Kubectl) -> None:
+    ns = host.ensure_namespace("compete")
+    overlaps: list[str] = []
+    stop = threading.Event()
+
+    def watch_claims() -> None:
+        while not stop.is_set():
+            try:
+                seen: dict[str, str] = {}
+                for name in ("first", "second"):
+                    obj = host.json("get", "vc", name, "-n", ns)
+                    for node in (obj.get("status") or {}).get("nodes") or []:
+                        if node["name"] in seen:
+                            overlaps.append(node["name"])
+                        seen[node["name"]] = name
+            except AssertionError:
+                pass  # not created yet, or gone
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=watch_claims, daemon=True)
+    watcher.start()
+    try:
+        host.run("create", "-f", "-", input=json.dumps(vc("first", ns, policy(4))))
+        wait_phase(host, ns, "first", "Completed")
+        host.run("create", "-f", "-", input=json.dumps(vc("second", ns, policy(4))))
+        wait_phase(host, ns, "second", "Pending")
+        message = host.json("get", "vc", "second", "-n", ns)["status"]["message"]
+        assert "needs 4 node(s)" in message and "2 free" in message, message
+        host.run("delete", "vc", "first", "-n", ns, "--wait", timeout=120)
+        wait_phase(host, ns, "second", "Completed")
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+    assert overlaps == []
+    assert sum(1 for v in claims(host).values() if v == f"{ns}.second") == 4
+    host.run("delete", "vc", "second", "-n", ns, "--wait", timeout=120)
+    assert_returned(host, list(claims(host)))
+
+
+def test_host_pods_are_evicted_and_a_pdb_holds_promotion_until_relaxed(host: Kubectl) -> None:
+    ns = host.ensure_namespace("drain")
+    target = "node-005"
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "guarded", "namespace": ns, "labels": {"app": "guarded"}},
+           "spec": {"nodeName": target, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                    "tolerations": [{"operator": "Exists"}]}}
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guard", "namespace": ns},
+           "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}
+    host.run("create", "-f", "-", input=json.dumps(pod))
+    host.run("create", "-f", "-", input=json.dumps(pdb))
+    host.run("wait", "pod/guarded", "-n", ns, "--for=condition=Ready", "--timeout=60s")
+    spec = {"promoteResources": {"nodes": [target]}}
+    host.run("create", "-f", "-", input=json.dumps(vc("pinned", ns, spec)))
+    deadline = time.monotonic() + 60
+    message = ""
+    while time.monotonic() < deadline:
+        message = (host.json("get", "vc", "pinned", "-n", ns).get("status") or {}).get("message", "")
+        if "PodDisruptionBudget" in message:
+            break
+        time.sleep(1)
+    assert "PodDisruptionBudget" in message and "guarded" in message
+    host.run("delete", "pdb", "guard", "-n", ns)
+    wait_phase(host, ns, "pinned", "Completed")
+    assert host.run("get", "pod", "guarded", "-n", ns, check=False).returncode != 0  # evicted
+    host.run("delete", "vc", "pinned", "-n", ns, "--wait", timeout=120)
+    assert_returned(host, [target])
+
+
+def test_killed_vc_apiserver_leaves_every_node_in_one_tenant_or_back_home(stack: Stack, host: Kubectl) -> None:
+    ns = host.ensure_namespace("crash")
+    host.run("create", "-f", "-", input=json.dumps(vc("grow", ns, policy(3))))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(v == f"{ns}.grow" for v in claims(host).values()):
+        time.sleep(0.2)
+    stack.api.proc.kill()  # in the middle of promoting
+    stack.api.start()
+    wait_phase(host, ns, "grow", "Completed")
+    host.run("delete", "vc", "grow", "-n", ns, "--wait=false")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(v == f"{ns}.grow" for v in claims(host).values()) == 3:
+        time.sleep(0.1)
+    stack.api.proc.kill()  # in the middle of releasing
+    stack.api.start()
+    host.run("wait", "vc/grow", "-n", ns, "--for=delete", "--timeout=120s", timeout=150)
+    assert not any(claims(host).values())
+    assert_returned(host, list(claims(host)))
