@@ -89,6 +89,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--encryption-key-file",
                    help="AES key (base64, 16/24/32 bytes) encrypting tenant private keys in etcd; required by a "
                         "control-plane runtime")
+    p.add_argument("--max-requests-inflight", type=int, default=400,
+                   help="read-only requests served at once before answering 429 (0 = no limit)")
+    p.add_argument("--max-mutating-requests-inflight", type=int, default=200,
+                   help="mutating requests served at once before answering 429 (0 = no limit)")
     p.add_argument("--max-kubeconfig-expiration", type=int, default=365 * 86400,
                    help="longest lifetime, in seconds, of a kubeconfig handed out by the kubeconfig subresource")
     p.add_argument("--identity", default="", help="this replica's name for leader election (default: host:pid)")
@@ -172,7 +176,9 @@ def build_state(args: argparse.Namespace, security: Security) -> ServerState:
     secrets = SecretStore(etcd, load_key_file(args.encryption_key_file)) if args.encryption_key_file else None
     return ServerState(etcd=etcd, authenticator=security.authenticator, authorizer=security.authorizer,
                        metrics=metrics, version=version_info(), host=security.host, admission=admission,
-                       secrets=secrets, max_kubeconfig_expiration=args.max_kubeconfig_expiration)
+                       secrets=secrets, max_kubeconfig_expiration=args.max_kubeconfig_expiration,
+                       max_requests_inflight=args.max_requests_inflight,
+                       max_mutating_requests_inflight=args.max_mutating_requests_inflight)
 
 
 def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> ControlPlaneRuntime | None:

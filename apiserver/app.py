@@ -48,6 +48,8 @@ class ServerState:
     admission: list[Admission] = field(default_factory=list)
     secrets: SecretStore | None = None
     max_kubeconfig_expiration: int = 365 * 86400
+    max_requests_inflight: int = 400
+    max_mutating_requests_inflight: int = 200
     events: EventRecorder = field(init=False)
     store: Store = field(init=False)
     registry: Registry = field(init=False)
@@ -132,6 +134,29 @@ def metrics_middleware(metrics: Metrics) -> Callable[..., Any]:
                 time.perf_counter() - started)
         metrics.requests.labels(attrs.verb.upper(), resource, attrs.subresource, str(resp.status)).inc()
         return resp
+    return middleware
+
+
+def inflight_middleware(max_readonly: int, max_mutating: int) -> Callable[..., Any]:
+    """kube's --max-requests-inflight / --max-mutating-requests-inflight: beyond them, 429 + Retry-After.
+
+    Health checks and watches (long-running) are never limited, so probes keep answering under load.
+    """
+    limits = {"readOnly": max_readonly, "mutating": max_mutating}
+    current = {"readOnly": 0, "mutating": 0}
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if is_health_path(request.path) or request.rel_url.query.get("watch") in ("true", "1", "True"):
+            return await handler(request)
+        kind = "mutating" if request.method in ("POST", "PUT", "PATCH", "DELETE") else "readOnly"
+        if limits[kind] and current[kind] >= limits[kind]:
+            raise errors.too_many_requests()
+        current[kind] += 1
+        try:
+            return await handler(request)
+        finally:
+            current[kind] -= 1
     return middleware
 
 
@@ -265,7 +290,9 @@ def health_routes(state: ServerState) -> list[web.RouteDef]:
 def build_app(state: ServerState) -> web.Application:
     app = web.Application(
         client_max_size=MAX_BODY,
-        middlewares=[error_middleware, metrics_middleware(state.metrics), auth_middleware(state)],
+        middlewares=[metrics_middleware(state.metrics), error_middleware,
+                     inflight_middleware(state.max_requests_inflight, state.max_mutating_requests_inflight),
+                     auth_middleware(state)],
     )
     app[STATE] = state
     state.store = Store(state.etcd, VIRTUALCLUSTERS)

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 MIN_REQUEST_TIMEOUT = 1800  # seconds; watches without timeoutSeconds last 1-2x this, as in kube
 WATCH_IDLE_CHECK = 2.0
+WATCH_WRITE_TIMEOUT = 10.0  # a client that does not read for this long loses its watch (bounded memory)
 
 
 def _bool_param(query: Any, name: str) -> bool | None:
@@ -262,7 +263,11 @@ class ResourceHandlers:
                     if nxt is None:
                         break
                     parts.append(encoder.encode(nxt))
-                await resp.write(b"".join(parts))
+                try:
+                    await asyncio.wait_for(resp.write(b"".join(parts)), WATCH_WRITE_TIMEOUT)
+                except TimeoutError:
+                    log.info("closing a watch whose client stopped reading")
+                    break
                 if watcher.closed_reason and watcher.queue.empty():
                     break
         except (ConnectionResetError, asyncio.CancelledError):
