@@ -174,6 +174,19 @@ class _TTLCache:
         self._data[key] = (time.monotonic() + ttl, value)
 
 
+async def ask_host(client: KubeClient, path: str, review: dict[str, Any], what: str) -> dict[str, Any]:
+    """POST a review to the host; its status, or a 503 (host down) / 500 (host refused) Status."""
+    try:
+        result = await client.create(path, review)
+    except HostUnavailable as e:
+        log.warning("%s failed: %s", review["kind"], e)
+        raise errors.service_unavailable(f"the host cluster cannot {what} right now") from None
+    except HostError as e:
+        log.warning("%s refused: %s", review["kind"], e)
+        raise errors.internal(f"the host cluster refused to {what}") from None
+    return dict(result.get("status") or {})
+
+
 class TokenReviewAuthenticator:
     """Bearer tokens, reviewed by the host (authentication.k8s.io/v1 TokenReview)."""
 
@@ -192,15 +205,8 @@ class TokenReviewAuthenticator:
         if cached is not None:
             return cached or None
         review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
-        try:
-            result = await self.client.create("/apis/authentication.k8s.io/v1/tokenreviews", review)
-        except HostUnavailable as e:
-            log.warning("TokenReview failed: %s", e)
-            raise errors.service_unavailable("the host cluster cannot review tokens right now") from None
-        except HostError as e:
-            log.warning("TokenReview refused: %s", e)
-            raise errors.internal("the host cluster refused to review the token") from None
-        status = result.get("status") or {}
+        status = await ask_host(self.client, "/apis/authentication.k8s.io/v1/tokenreviews", review,
+                                "review the token")
         user: UserInfo | bool = False
         if status.get("authenticated"):
             info = status.get("user") or {}
@@ -242,15 +248,8 @@ class SubjectAccessReviewAuthorizer:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        try:
-            result = await self.client.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
-        except HostUnavailable as e:
-            log.warning("SubjectAccessReview failed: %s", e)
-            raise errors.service_unavailable("the host cluster cannot authorize requests right now") from None
-        except HostError as e:
-            log.warning("SubjectAccessReview refused: %s", e)
-            raise errors.internal("the host cluster refused to authorize the request") from None
-        status = result.get("status") or {}
+        status = await ask_host(self.client, "/apis/authorization.k8s.io/v1/subjectaccessreviews", review,
+                                "authorize the request")
         decision = (bool(status.get("allowed")) and not status.get("denied"), str(status.get("reason") or ""))
         self._cache.put(key, decision, self.allow_ttl if decision[0] else self.deny_ttl)
         return decision
