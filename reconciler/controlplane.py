@@ -35,7 +35,7 @@ Obj = dict[str, Any]
 NO_RUNTIME_REASON = "NoControlPlaneRuntime"
 NO_RUNTIME_MESSAGE = "no control-plane runtime is configured (--control-plane-runtime); the control plane will not be built"
 NO_PROMOTION_REASON = "NodePromotionUnavailable"
-POLL = 1.0  # seconds between readiness checks while a control plane starts
+POLL = 0.25  # seconds between readiness checks while a control plane starts
 HEALTH_CHECK = 5.0  # seconds between checks of a ready control plane
 
 

@@ -60,15 +60,16 @@ class KwokJoiner:
         pid = self.runtime.spawn(base, "kwok", command)
         log.info("started kwok for %s/%s (pid %d)", meta["namespace"], meta["name"], pid)
 
-    async def join(self, vc: Obj, tenant: KubeClient, host_node: Obj) -> bool:
+    async def join(self, vc: Obj, tenant: KubeClient, host_node: Obj, current: Obj | None) -> bool:
         self._ensure_kwok(vc)
-        name = node_name(host_node)
-        try:
-            node = await tenant.get(f"/api/v1/nodes/{name}")
-        except HostError as e:
-            if e.code != 404:
-                raise
-            node = await tenant.create("/api/v1/nodes", tenant_node(host_node))
+        node = current
+        if node is None:
+            try:
+                node = await tenant.create("/api/v1/nodes", tenant_node(host_node))
+            except HostError as e:
+                if e.code != 409:
+                    raise
+                node = await tenant.get(f"/api/v1/nodes/{node_name(host_node)}")
         return any(c.get("type") == "Ready" and c.get("status") == "True"
                    for c in (node.get("status") or {}).get("conditions") or [])
 

@@ -9,6 +9,7 @@ if we cordoned it) and unlabel it in the host.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,13 +26,15 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+DRAINED = "kosmos.io/drained"  # host pods are gone; later reconciles skip the drain
+PARALLEL = 16  # node operations in flight per VirtualCluster
 
 
 class NodeJoiner(Protocol):
     """How a claimed host node becomes a node of the tenant."""
 
-    async def join(self, vc: Obj, tenant: KubeClient, host_node: Obj) -> bool:
-        """Make the node part of the tenant; True once it is Ready there."""
+    async def join(self, vc: Obj, tenant: KubeClient, host_node: Obj, current: Obj | None) -> bool:
+        """Make the node part of the tenant (``current``: its tenant Node, if any); True once Ready there."""
 
     async def leave(self, vc: Obj, tenant: KubeClient | None, name: str) -> None:
         """Take the node out of the tenant (its pods go with it)."""
@@ -81,28 +84,38 @@ class NodePromoter:
         plan = selection.plan(vc.get("spec") or {}, nodes, owner)
         report = NodeReport(shortages=list(plan.shortages))
         by_name = {node_name(n): n for n in nodes}
-        for name in plan.release:
-            await self.release(vc, tenant, by_name[name])
+        limit = asyncio.Semaphore(PARALLEL)
+
+        async def bounded(step: Awaitable[Any]) -> Any:
+            async with limit:
+                return await step
+        await asyncio.gather(*(bounded(self.release(vc, tenant, by_name[name])) for name in plan.release))
         force = bool(((vc.get("spec") or {}).get("kubeInKubeConfig") or {}).get("forceDestroy"))
-        for name in plan.wanted:
+        joined = {node_name(n): n for n in (await tenant.get("/api/v1/nodes")).get("items") or []}
+
+        async def promote(name: str) -> dict[str, str] | None:
             node = by_name[name]
             if claim_of(node) != owner:
-                node = await self.claim(vc, node)
-                if node is None:
+                claimed = await self.claim(vc, node)
+                if claimed is None:
                     report.shortages.append(f"node {name} was claimed by someone else meanwhile")
-                    continue
-            phase = await self._promote(vc, tenant, node, force, report)
-            report.nodes.append({"name": name, "phase": phase})
+                    return None
+                node = claimed
+            return {"name": name, "phase": await self._promote(vc, tenant, node, joined.get(name), force, report)}
+        results = await asyncio.gather(*(bounded(promote(name)) for name in plan.wanted))
+        report.nodes = [r for r in results if r is not None]
         return report
 
-    async def _promote(self, vc: Obj, tenant: KubeClient, node: Obj, force: bool, report: NodeReport) -> str:
+    async def _promote(self, vc: Obj, tenant: KubeClient, node: Obj, joined: Obj | None, force: bool,
+                       report: NodeReport) -> str:
         name = node_name(node)
-        if not force:
+        if not force and (node["metadata"].get("annotations") or {}).get(DRAINED) != "true":
             blocked = await self.drain_host(name)
             if blocked:
                 report.waiting.append(f"node {name}: draining host pods ({blocked})")
                 return "Claimed"
-        if await self.joiner.join(vc, tenant, node):
+            await self.host.patch(f"/api/v1/nodes/{name}", {"metadata": {"annotations": {DRAINED: "true"}}})
+        if await self.joiner.join(vc, tenant, node, joined):
             return "Ready"
         report.waiting.append(f"node {name}: joining the tenant")
         return "Joining"
@@ -174,7 +187,7 @@ class NodePromoter:
             body: Obj = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                                       "labels": {CLAIM_LABEL: None},
                                       "annotations": {CLAIM_ANNOTATION: None, CLAIMED_AT: None,
-                                                      WAS_UNSCHEDULABLE: None}},
+                                                      WAS_UNSCHEDULABLE: None, DRAINED: None}},
                          "spec": {"taints": [t for t in spec.get("taints") or [] if t.get("key") != CLAIM_LABEL]
                                   or None}}
             if notes.get(WAS_UNSCHEDULABLE) != "true":

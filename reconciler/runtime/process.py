@@ -101,7 +101,7 @@ class ProcessRuntime:
         return [(ns.name, d.name) for ns in self.root.iterdir() if ns.is_dir()
                 for d in ns.iterdir() if (d / "state.json").exists()]
 
-    def _allocate_ports(self, host: str) -> dict[str, int]:
+    def allocate_ports(self, host: str) -> dict[str, int]:
         """Free ports, skipping every port another tenant here has recorded."""
         taken: set[int] = set()
         if self.root.exists():
@@ -124,7 +124,7 @@ class ProcessRuntime:
 
     # -- files -----------------------------------------------------------------------
 
-    def _write_pki(self, base: Path, tenant: TenantPki, server: str) -> None:
+    def write_pki(self, base: Path, tenant: TenantPki, server: str) -> None:
         pki_dir = base / "pki"
         pki_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for filename, pem in tenant.files.items():
@@ -142,7 +142,7 @@ class ProcessRuntime:
             with os.fdopen(fd, "w") as f:
                 json.dump(config, f)
 
-    def _commands(self, base: Path, ports: dict[str, int], bind: str) -> dict[str, list[str]]:
+    def commands(self, base: Path, ports: dict[str, int], bind: str) -> dict[str, list[str]]:
         p = base / "pki"
         b = self.bin_dir
         etcd_url = f"https://127.0.0.1:{ports['etcd-client']}"
@@ -265,17 +265,17 @@ class ProcessRuntime:
                     await self._stop_all(base)
                     shutil.rmtree(base, ignore_errors=True)
                 base.mkdir(parents=True, exist_ok=True, mode=0o700)
-                state = {"uid": meta.get("uid"), "host": host, "ports": self._allocate_ports(host)}
+                state = {"uid": meta.get("uid"), "host": host, "ports": self.allocate_ports(host)}
                 self._state_path(namespace, name).write_text(json.dumps(state))
         ports = state["ports"]
         endpoint = f"https://{host}:{ports['apiserver']}"
-        self._write_pki(base, pki, f"https://127.0.0.1:{ports['apiserver']}" if host == "127.0.0.1" else endpoint)
-        commands = self._commands(base, ports, host)
+        self.write_pki(base, pki, f"https://127.0.0.1:{ports['apiserver']}" if host == "127.0.0.1" else endpoint)
+        commands = self.commands(base, ports, host)
         problems: list[str] = []
         # etcd and the apiserver first; the controller-manager and scheduler read RBAC-protected
         # objects at start-up, so they start once the apiserver has bootstrapped its roles.
         core_alive = self._supervise(namespace, name, base, commands, ("etcd", "kube-apiserver"), problems)
-        serving = core_alive and await self._readyz(base, endpoint, pki)
+        serving = core_alive and await self.readyz(base, endpoint, pki)
         rest_alive = serving and self._supervise(namespace, name, base, commands,
                                                  ("kube-controller-manager", "kube-scheduler"), problems)
         if serving and rest_alive:
@@ -311,7 +311,7 @@ class ProcessRuntime:
                 problems.append(f"{component} exited {health.restarts} time(s), last: {health.last_error}")
         return all_alive
 
-    async def _readyz(self, base: Path, endpoint: str, tenant: TenantPki) -> bool:
+    async def readyz(self, base: Path, endpoint: str, tenant: TenantPki) -> bool:
         ctx = ssl.create_default_context(cadata=tenant.files["ca.crt"].decode())
         ctx.load_cert_chain(str(base / "pki" / "admin.crt"), str(base / "pki" / "admin.key"))
         try:
