@@ -37,6 +37,7 @@ NO_RUNTIME_MESSAGE = "no control-plane runtime is configured (--control-plane-ru
 NO_PROMOTION_REASON = "NodePromotionUnavailable"
 POLL = 0.25  # seconds between readiness checks while a control plane starts
 HEALTH_CHECK = 5.0  # seconds between checks of a ready control plane
+NODE_POLL = 1.0  # seconds between passes while nodes join
 
 
 @dataclass
@@ -146,7 +147,9 @@ class ControlPlaneController:
             writer.phase("Initialized", NO_PROMOTION_REASON, message)
         await self._write_and_report(obj, writer, "Normal", writer.status.get("reason", "ControlPlaneReady"),
                                      writer.status.get("message", state.message))
-        raise Requeue(HEALTH_CHECK)  # a ready control plane is still watched: crashed components come back
+        if writer.status.get("phase") == "Completed":
+            raise Requeue(HEALTH_CHECK)  # a ready control plane is still watched: crashed components come back
+        raise Requeue(NODE_POLL)  # nodes are still joining, draining or awaited
 
     async def _promote(self, obj: Obj, writer: StatusWriter, pki: TenantPki, endpoint: str,
                        nodes: NodePromoter) -> None:

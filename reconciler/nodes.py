@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-DRAINED = "kosmos.io/drained"  # host pods are gone; later reconciles skip the drain
 PARALLEL = 16  # node operations in flight per VirtualCluster
 
 
@@ -92,6 +91,8 @@ class NodePromoter:
         await asyncio.gather(*(bounded(self.release(vc, tenant, by_name[name])) for name in plan.release))
         force = bool(((vc.get("spec") or {}).get("kubeInKubeConfig") or {}).get("forceDestroy"))
         joined = {node_name(n): n for n in (await tenant.get("/api/v1/nodes")).get("items") or []}
+        # Only nodes not yet in the tenant still need their host pods drained.
+        pods = await self.host_pods_by_node(set() if force else {n for n in plan.wanted if n not in joined})
 
         async def promote(name: str) -> dict[str, str] | None:
             node = by_name[name]
@@ -101,20 +102,21 @@ class NodePromoter:
                     report.shortages.append(f"node {name} was claimed by someone else meanwhile")
                     return None
                 node = claimed
-            return {"name": name, "phase": await self._promote(vc, tenant, node, joined.get(name), force, report)}
+            draining = None if force or name in joined else pods.get(name, [])
+            return {"name": name, "phase": await self._promote(vc, tenant, node, joined.get(name), draining, report)}
         results = await asyncio.gather(*(bounded(promote(name)) for name in plan.wanted))
         report.nodes = [r for r in results if r is not None]
         return report
 
-    async def _promote(self, vc: Obj, tenant: KubeClient, node: Obj, joined: Obj | None, force: bool,
-                       report: NodeReport) -> str:
+    async def _promote(self, vc: Obj, tenant: KubeClient, node: Obj, joined: Obj | None,
+                       draining: list[Obj] | None, report: NodeReport) -> str:
+        """Drain (unless forced or already joined), then join; the node's phase for the status."""
         name = node_name(node)
-        if not force and (node["metadata"].get("annotations") or {}).get(DRAINED) != "true":
-            blocked = await self.drain_host(name)
+        if draining is not None:
+            blocked = await self.drain_host(draining)
             if blocked:
                 report.waiting.append(f"node {name}: draining host pods ({blocked})")
                 return "Claimed"
-            await self.host.patch(f"/api/v1/nodes/{name}", {"metadata": {"annotations": {DRAINED: "true"}}})
         if await self.joiner.join(vc, tenant, node, joined):
             return "Ready"
         report.waiting.append(f"node {name}: joining the tenant")
@@ -142,9 +144,23 @@ class NodePromoter:
         await self.events.record(vc, "Normal", "NodeClaimed", f"claimed host node {node_name(node)}")
         return claimed
 
-    async def drain_host(self, name: str) -> str:
+    async def host_pods_by_node(self, names: set[str]) -> dict[str, list[Obj]]:
+        """One list of the host's pods for every node still to be drained (not one list per node)."""
+        if not names:
+            return {}
+        if len(names) == 1:
+            pods = (await self.host.get("/api/v1/pods", fieldSelector=f"spec.nodeName={next(iter(names))}"))
+        else:
+            pods = await self.host.get("/api/v1/pods")
+        grouped: dict[str, list[Obj]] = {}
+        for pod in pods.get("items") or []:
+            node = (pod.get("spec") or {}).get("nodeName", "")
+            if node in names:
+                grouped.setdefault(node, []).append(pod)
+        return grouped
+
+    async def drain_host(self, pods: list[Obj]) -> str:
         """Evict the host's pods from a claimed node; '' once none is left, else why not yet."""
-        pods = (await self.host.get("/api/v1/pods", fieldSelector=f"spec.nodeName={name}")).get("items") or []
         blocked = []
         for pod in pods:
             meta = pod["metadata"]
@@ -187,7 +203,7 @@ class NodePromoter:
             body: Obj = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                                       "labels": {CLAIM_LABEL: None},
                                       "annotations": {CLAIM_ANNOTATION: None, CLAIMED_AT: None,
-                                                      WAS_UNSCHEDULABLE: None, DRAINED: None}},
+                                                      WAS_UNSCHEDULABLE: None}},
                          "spec": {"taints": [t for t in spec.get("taints") or [] if t.get("key") != CLAIM_LABEL]
                                   or None}}
             if notes.get(WAS_UNSCHEDULABLE) != "true":
