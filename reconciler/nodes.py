@@ -222,8 +222,12 @@ class NodePromoter:
     async def release_all(self, vc: Obj, tenant: KubeClient | None) -> int:
         owner = _owner(vc)
         mine = [n for n in await self.host_nodes() if claim_of(n) == owner]
-        for node in mine:
-            await self.release(vc, tenant, node)
+        limit = asyncio.Semaphore(PARALLEL)
+
+        async def bounded(node: Obj) -> None:
+            async with limit:
+                await self.release(vc, tenant, node)
+        await asyncio.gather(*(bounded(n) for n in mine))
         await self.joiner.stop(vc)
         return len(mine)
 
