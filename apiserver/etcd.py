@@ -184,7 +184,7 @@ class EtcdConfig:
     certfile: str | None = None
     keyfile: str | None = None
     request_timeout: float = 5.0
-    connect_timeout: float = 1.0
+    connect_timeout: float = 2.0
 
 
 LatencyObserver = Callable[[str, float, bool], None]

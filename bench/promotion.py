@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apiserver.kubeclient import KubeClient
+from apiserver.kubeclient import HostError, HostUnavailable, KubeClient
 from hack.harness import Stack, StackPorts, fake_node
 from reconciler.kwokjoiner import tenant_node
 from reconciler.nodes import PARALLEL
@@ -46,10 +46,24 @@ async def create_nodes(host: KubeClient, count: int) -> None:
     await asyncio.gather(*(one(i) for i in range(count)))
 
 
+async def get_vc(client: KubeClient, name: str) -> dict[str, Any]:
+    """Like any client: a transient 503/429 (a saturated machine) is retried, not fatal."""
+    for _ in range(30):
+        try:
+            return dict(await client.get(f"{GV}/namespaces/default/virtualclusters/{name}"))
+        except HostError as e:
+            if e.code not in (429, 503, 504):
+                raise
+        except HostUnavailable:
+            pass
+        await asyncio.sleep(1)
+    raise TimeoutError(f"{name}: the server kept answering 503")
+
+
 async def wait_phase(client: KubeClient, name: str, phase: str, timeout: float) -> float:
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
-        obj = await client.get(f"{GV}/namespaces/default/virtualclusters/{name}")
+        obj = await get_vc(client, name)
         if (obj.get("status") or {}).get("phase") == phase:
             return time.perf_counter() - started
         await asyncio.sleep(0.5)
@@ -59,7 +73,7 @@ async def wait_phase(client: KubeClient, name: str, phase: str, timeout: float) 
 async def wait_condition(client: KubeClient, name: str, type_: str, timeout: float) -> float:
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
-        obj = await client.get(f"{GV}/namespaces/default/virtualclusters/{name}")
+        obj = await get_vc(client, name)
         if any(c.get("type") == type_ and c.get("status") == "True"
                for c in (obj.get("status") or {}).get("conditions") or []):
             return time.perf_counter() - started
