@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,13 +78,18 @@ class Authorizer(Protocol):
 
 # -- authenticators --------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4096)
+def _parse_der(der: bytes) -> x509.Certificate:
+    return x509.load_der_x509_certificate(der)
+
+
 def peer_certificate(request: web.Request) -> x509.Certificate | None:
     """The client certificate of this connection (the handshake already verified its chain)."""
     ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
     if ssl_object is None:
         return None
     der = ssl_object.getpeercert(binary_form=True)
-    return x509.load_der_x509_certificate(der) if der else None
+    return _parse_der(der) if der else None
 
 
 class CABundle:
@@ -103,6 +109,11 @@ class CABundle:
                 return False
         except x509.ExtensionNotFound:
             pass
+        return self._signed(leaf)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - bundles live as long as the process; keys are certificates
+    def _signed(self, leaf: x509.Certificate) -> bool:
+        """Signature checks are the expensive part; a certificate's answer never changes."""
         for ca in self.certs:
             try:
                 leaf.verify_directly_issued_by(ca)

@@ -103,6 +103,13 @@ class AuthenticationSource:
             except (HostError, HostUnavailable) as e:
                 log.warning("keeping the last authentication settings: %s", e)
 
+    @staticmethod
+    def _bundle(current: CABundle | None, pem: bytes) -> CABundle | None:
+        """Keep the same bundle (and its verification cache) while the PEM is unchanged."""
+        if not pem.strip():
+            return None
+        return current if current is not None and current.pem == pem else CABundle(pem)
+
     def _apply(self, data: dict[str, str]) -> None:
         o = self.overrides
 
@@ -112,9 +119,9 @@ class AuthenticationSource:
             return list(json.loads(data[key])) if data.get(key) else []
         client_ca = o.client_ca or data.get("client-ca-file", "").encode()
         rh_ca = o.requestheader_ca or data.get("requestheader-client-ca-file", "").encode()
-        self.client_ca = CABundle(client_ca) if client_ca.strip() else None
+        self.client_ca = self._bundle(self.client_ca, client_ca)
         self.requestheader = RequestHeaderConfig(
-            ca=CABundle(rh_ca) if rh_ca.strip() else None,
+            ca=self._bundle(self.requestheader.ca, rh_ca),
             allowed_names=strings("requestheader-allowed-names", o.allowed_names),
             username_headers=strings("requestheader-username-headers", o.username_headers),
             group_headers=strings("requestheader-group-headers", o.group_headers),
