@@ -323,7 +323,8 @@ class ProcessRuntime:
 
     async def _stop_all(self, base: Path) -> None:
         """Kill every component now: their data is removed right after, nothing to flush."""
-        pids = [self.pid(base, pidfile.stem) for pidfile in base.glob("*.pid")]  # components and helpers (kwok)
+        pids = {self.pid(base, pidfile.stem) for pidfile in base.glob("*.pid")}  # components and helpers (kwok)
+        pids |= self.processes_under(base)  # and anything a lost pid file no longer names
         for pid in pids:
             if pid and self.alive(pid, base):
                 with contextlib.suppress(ProcessLookupError):
@@ -332,6 +333,18 @@ class ProcessRuntime:
             if not any(pid and self.alive(pid, base) for pid in pids):
                 return
             await asyncio.sleep(0.1)
+
+    @staticmethod
+    def processes_under(base: Path) -> set[int]:
+        """Live processes whose command line points into a tenant's directory."""
+        marker = str(base).encode() + b"/"
+        found = set()
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if marker in (proc / "cmdline").read_bytes():
+                        found.add(int(proc.name))
+        return found
 
     async def teardown(self, namespace: str, name: str) -> None:
         base = self.dir(namespace, name)
