@@ -327,8 +327,11 @@ class ProcessRuntime:
         pids |= self.processes_under(base)  # and anything a lost pid file no longer names
         for pid in pids:
             if pid and self.alive(pid, base):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
+                try:
+                    os.killpg(pid, signal.SIGKILL)  # the component and anything it started
+                except ProcessLookupError:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)  # not a group leader
         for _ in range(50):  # reaped within a few hundred milliseconds
             if not any(pid and self.alive(pid, base) for pid in pids):
                 return
