@@ -2,7 +2,8 @@
 
     python -m bench                      # full run (10,000 objects), ~15 minutes on 2 cores
     python -m bench --scale 0.02         # smoke run (200 objects), ~1-2 minutes
-    python -m bench --target via-aggregator=host.kubeconfig   # one more target serving ours' objects
+    python -m bench --no-via-aggregator  # only ours direct vs kube-apiserver + CRD
+    python -m bench --target NAME=KUBECONFIG   # one more target serving ours' objects
 
 A smoke run writes only the JSON; ``docs/`` are rewritten by full-scale runs (or ``--docs``).
 """
@@ -10,6 +11,7 @@ A smoke run writes only the JSON; ``docs/`` are rewritten by full-scale runs (or
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -20,10 +22,6 @@ import uvloop
 from . import config, report, suite
 from .workloads import log
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_JSON = REPO / "bench" / "results" / "latest.json"
-DOCS_MD = REPO / "docs" / "benchmarks.md"
-DOCS_PNG = REPO / "docs" / "benchmarks.png"
 STEPS = ("get", "list", "kubectl", "update", "watch")
 
 
@@ -31,13 +29,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     config.add_arguments(p)
-    p.add_argument("--json", type=Path, default=DEFAULT_JSON, help="results file (default %(default)s)")
+    p.add_argument("--json", type=Path, default=report.DEFAULT_JSON, help="results file (default %(default)s)")
     p.add_argument("--docs", action=argparse.BooleanOptionalAction, default=None,
                    help="rewrite docs/benchmarks.md and docs/benchmarks.png (default: only at --scale >= 1)")
     p.add_argument("--only", default="", help=f"comma-separated subset of {','.join(STEPS)} (create and memory "
                    "always run: they build the population)")
     p.add_argument("--target", action="append", default=[], metavar="NAME=KUBECONFIG",
                    help="an extra target serving ours' objects, e.g. through the host aggregator")
+    p.add_argument("--via-aggregator", action=argparse.BooleanOptionalAction,
+                   default=os.environ.get("BENCH_VIA_AGGREGATOR", "1") not in ("0", "false", ""),
+                   help="add the target 'ours through a host aggregator' (python -m apiservice install --mode "
+                   "local); env BENCH_VIA_AGGREGATOR")
     p.add_argument("--workdir", type=Path, help="keep data and logs here (default: a temporary directory, removed)")
     return p.parse_args(argv)
 
@@ -51,23 +53,20 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"bench: {scale.as_dict()} in {workdir}")
     try:
-        results, meta = uvloop.run(suite.run(scale, workdir, extra, only))
+        results, meta = uvloop.run(suite.run(scale, workdir, extra, only, args.via_aggregator))
     except BaseException:
         log(f"bench failed; logs kept in {workdir / 'log'}")
         raise
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     meta["machine"] = report.machine()
-    document = report.to_json(results, meta)
+    document = report.to_document(results, meta)
     report.write_json(args.json, document)
-    print(report.render_text(results))
-    print()
-    print(report.render_usage(results.usage_summary()))
+    print(report.render_text(document))
     print(f"\nresults: {args.json}")
     if args.docs if args.docs is not None else args.scale >= 1.0 and only is None:
-        report.update_markdown(DOCS_MD, report.render_markdown(results, meta))
-        report.write_chart(DOCS_PNG, results)
-        print(f"docs: {DOCS_MD}, {DOCS_PNG}")
+        report.write_docs(document)
+        print(f"docs: {report.DOCS_MD}, {report.DOCS_PNG}")
     return 0
 
 

@@ -28,16 +28,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent not idle since boot (all cores)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
 @dataclass
 class Usage:
     wall: float
     client_cpu: float
     process_cpu: dict[str, float]  # role -> CPU seconds
+    machine_cpu: float
 
     def cores(self) -> dict[str, float]:
-        """Average cores busy per side over the interval."""
+        """Average cores busy per side over the interval; ``other`` is everything else on the machine
+        (other people's jobs, kubectl): the noise the alternating rounds are there to spread."""
         wall = self.wall or 1e-9
-        return {"client": self.client_cpu / wall, **{k: v / wall for k, v in self.process_cpu.items()}}
+        ours = self.client_cpu + sum(self.process_cpu.values())
+        return {"client": self.client_cpu / wall, **{k: v / wall for k, v in self.process_cpu.items()},
+                "other": max(0.0, self.machine_cpu - ours) / wall}
 
 
 class Meter:
@@ -45,16 +57,17 @@ class Meter:
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
-        self._start: tuple[float, float, dict[str, float]] = (0.0, 0.0, {})
+        self._start: tuple[float, float, dict[str, float], float] = (0.0, 0.0, {}, 0.0)
 
-    def _now(self) -> tuple[float, float, dict[str, float]]:
-        return time.perf_counter(), time.process_time(), {k: cpu_seconds(p) for k, p in self.pids.items() if p}
+    def _now(self) -> tuple[float, float, dict[str, float], float]:
+        return (time.perf_counter(), time.process_time(), {k: cpu_seconds(p) for k, p in self.pids.items() if p},
+                machine_busy_seconds())
 
     def start(self) -> Meter:
         self._start = self._now()
         return self
 
     def stop(self) -> Usage:
-        wall, cpu, procs = self._now()
-        wall0, cpu0, procs0 = self._start
-        return Usage(wall - wall0, cpu - cpu0, {k: procs[k] - procs0[k] for k in procs})
+        wall, cpu, procs, busy = self._now()
+        wall0, cpu0, procs0, busy0 = self._start
+        return Usage(wall - wall0, cpu - cpu0, {k: procs[k] - procs0[k] for k in procs}, busy - busy0)

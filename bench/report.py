@@ -1,8 +1,10 @@
 """Where the numbers go: a table on stdout, ``bench/results/latest.json``, the summary block of
 ``docs/benchmarks.md`` and the ratio chart ``docs/benchmarks.png``.
 
-The markdown file is partly hand-written (method, caveats, profile findings); only the block
-between the ``bench:results`` markers is regenerated, so a run never erases the explanations.
+Everything is rendered from the JSON document, so ``python -m bench.report [results.json]``
+redraws the docs from a past run without running it again. The markdown file is partly
+hand-written (method, caveats, profile findings); only the block between the ``bench:results``
+markers is regenerated, so a run never erases the explanations.
 """
 
 from __future__ import annotations
@@ -11,15 +13,22 @@ import math
 import os
 import platform
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from .stats import BASELINE, Metric, Results
+from .stats import BASELINE, Results
 
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = REPO / "bench" / "results" / "latest.json"
+DOCS_MD = REPO / "docs" / "benchmarks.md"
+DOCS_PNG = REPO / "docs" / "benchmarks.png"
 BEGIN, END = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"
 RAW_SAMPLES_MAX = 200  # per-round values are kept in the JSON; pooled latencies only as summaries
+SIDES = ("client", "server", "aggregator", "etcd", "other")
+Document = dict[str, Any]
 
 
 def machine() -> dict[str, Any]:
@@ -36,70 +45,7 @@ def machine() -> dict[str, Any]:
             "kernel": platform.release(), "python": platform.python_version()}
 
 
-def _fmt(value: float) -> str:
-    if math.isnan(value):
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
-def _ratio(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.2f}x"
-
-
-def _others(results: Results) -> list[str]:
-    names: list[str] = []
-    for metric in results:
-        names += [t for t in metric.samples if t != BASELINE and t not in names]
-    return names
-
-
-def table_rows(results: Results) -> tuple[list[str], list[list[str]]]:
-    others = _others(results)
-    header = ["workload", "unit"]
-    for name in [*others, BASELINE]:
-        header += [f"{name} p50", f"{name} p99"]
-    header += [f"{'ratio' if len(others) == 1 else name} p50" for name in others]
-    header += [f"{'ratio' if len(others) == 1 else name} p99" for name in others]
-    rows = []
-    for m in results:
-        row = [m.title, m.unit]
-        for name in [*others, BASELINE]:
-            row += [_fmt(m.p50(name)), _fmt(m.p99(name))] if name in m.samples else ["-", "-"]
-        row += [_ratio(m.ratio(name, 50)) for name in others]
-        row += [_ratio(m.ratio(name, 99)) for name in others]
-        rows.append(row)
-    return header, rows
-
-
-def render_text(results: Results) -> str:
-    header, rows = table_rows(results)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = []
-    for n, row in enumerate([header, *rows]):
-        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])] + [c.rjust(w) for c, w in zip(row[2:], widths[2:],
-                                                                                                 strict=True)]
-        lines.append("  ".join(cells))
-        if n == 0:
-            lines.append("-" * len(lines[0]))
-    lines.append("ratio = baseline / ours for times and sizes, ours / baseline for rates: > 1 means vc-apiserver "
-                 "is better")
-    return "\n".join(lines)
-
-
-def render_usage(usage: dict[str, dict[str, dict[str, float]]]) -> str:
-    lines = ["cores busy (median per round): client / server / etcd"]
-    for workload, per_target in usage.items():
-        parts = [f"{t}: {c.get('client', 0):.2f} / {c.get('server', 0):.2f} / {c.get('etcd', 0):.2f}"
-                 for t, c in per_target.items()]
-        lines.append(f"  {workload:<8} " + "   ".join(parts))
-    return "\n".join(lines)
-
-
-def to_json(results: Results, meta: dict[str, Any]) -> dict[str, Any]:
+def to_document(results: Results, meta: dict[str, Any]) -> Document:
     metrics = []
     for m in results:
         summary = m.summary()
@@ -109,32 +55,127 @@ def to_json(results: Results, meta: dict[str, Any]) -> dict[str, Any]:
     return {"meta": meta, "metrics": metrics, "usage_cores": results.usage_summary()}
 
 
-def write_json(path: Path, document: dict[str, Any]) -> None:
+def write_json(path: Path, document: Document) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
 
 
-def render_markdown(results: Results, meta: dict[str, Any]) -> str:
+def read_json(path: Path) -> Document:
+    return orjson.loads(path.read_bytes())
+
+
+# -- the table ---------------------------------------------------------------------------------------
+
+def _fmt(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}x"
+
+
+def _others(doc: Document) -> list[str]:
+    names: list[str] = []
+    for metric in doc["metrics"]:
+        names += [t for t in metric["targets"] if t != BASELINE and t not in names]
+    return names
+
+
+def table_rows(doc: Document) -> tuple[list[str], list[list[str]]]:
+    others = _others(doc)
+    header = ["workload", "unit"]
+    for name in [*others, BASELINE]:
+        header += [f"{name} p50", f"{name} p99"]
+    label = {name: "ratio" if len(others) == 1 else f"ratio {name}" for name in others}
+    header += [f"{label[name]} p50" for name in others]
+    header += [f"{label[name]} p99" for name in others]
+    rows = []
+    for m in doc["metrics"]:
+        row = [m["title"], m["unit"]]
+        for name in [*others, BASELINE]:
+            t = m["targets"].get(name)
+            row += [_fmt(t["p50"]), _fmt(t["p99"])] if t else ["-", "-"]
+        row += [_ratio(m["targets"].get(name, {}).get("ratio_p50")) for name in others]
+        row += [_ratio(m["targets"].get(name, {}).get("ratio_p99")) for name in others]
+        rows.append(row)
+    return header, rows
+
+
+def render_text(doc: Document) -> str:
+    header, rows = table_rows(doc)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate([header, *rows]):
+        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
+        cells += [c.rjust(w) for c, w in zip(row[2:], widths[2:], strict=True)]
+        lines.append("  ".join(cells))
+        if n == 0:
+            lines.append("-" * len(lines[0]))
+    lines += ["ratio = baseline / target for times and sizes, target / baseline for rates: > 1 means "
+              "vc-apiserver is better", *render_notes(doc), "", render_usage(doc)]
+    return "\n".join(lines)
+
+
+def render_notes(doc: Document) -> list[str]:
+    """Failed workloads and per-metric notes (memory when empty, undelivered watch events, ...)."""
+    lines = [f"FAILED {name}: {error}" for name, error in doc["meta"].get("failures", {}).items()]
+    for m in doc["metrics"]:
+        for note, per_target in m.get("notes", {}).items():
+            values = ", ".join(f"{t} {_fmt(v) if isinstance(v, float) else v}" for t, v in per_target.items())
+            lines.append(f"{m['key']} {note}: {values}")
+    return lines
+
+
+def _cores(c: dict[str, float]) -> str:
+    return " / ".join(f"{c[k]:.2f}" for k in SIDES if k in c)
+
+
+def render_usage(doc: Document) -> str:
+    lines = ["cores busy (median per round): load generator / server / [aggregator /] its etcd / everything else"]
+    for workload, per_target in doc["usage_cores"].items():
+        lines.append(f"  {workload:<8} " + "   ".join(f"{t}: {_cores(c)}" for t, c in per_target.items()))
+    return "\n".join(lines)
+
+
+# -- docs/benchmarks.md --------------------------------------------------------------------------------
+
+def render_markdown(doc: Document) -> str:
+    meta = doc["meta"]
     m = meta["machine"]
-    header, rows = table_rows(results)
+    header, rows = table_rows(doc)
+    targets = list(dict.fromkeys(t for per_target in doc["usage_cores"].values() for t in per_target))
     out = [BEGIN,
            f"Measured {meta['finished']} on {m['cores']} cores ({m['cpu']}), {m['memory_GiB']} GiB, Linux "
            f"{m['kernel']}; Python {m['python']}, kube-apiserver {meta['versions']['kubernetes']}, etcd "
-           f"{meta['versions']['etcd']}; scale {meta['scale']['objects']:,} objects, {meta['scale']['rounds']} "
-           f"rounds per target; whole run {meta['duration_s'] / 60:.1f} min.",
+           f"{meta['versions']['etcd']}; {meta['scale']['objects']:,} objects, {meta['scale']['rounds']} rounds "
+           f"per target; the whole run took {meta['duration_s'] / 60:.1f} min{_source(meta)}.",
            "",
            "| " + " | ".join(header) + " |",
-           "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+           "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
     out += ["| " + " | ".join(row) + " |" for row in rows]
-    out += ["", "Cores busy per side (median of rounds), client / server / etcd:", "",
-            "| workload | " + " | ".join(next(iter(results.usage_summary().values()), {}).keys()) + " |",
-            "|---|" + "---:|" * len(next(iter(results.usage_summary().values()), {}))]
-    for workload, per_target in results.usage_summary().items():
-        cells = [f"{c.get('client', 0):.2f} / {c.get('server', 0):.2f} / {c.get('etcd', 0):.2f}"
-                 for c in per_target.values()]
-        out.append(f"| {workload} | " + " | ".join(cells) + " |")
+    out += ["", *[f"- {line}" for line in render_notes(doc)]]
+    out += ["", "Cores busy (median of rounds): load generator / server / [aggregator /] its etcd / everything "
+            "else on the machine (other jobs, kubectl):", "",
+            "| workload | " + " | ".join(targets) + " |", "|---|" + "---:|" * len(targets)]
+    for workload, per_target in doc["usage_cores"].items():
+        out.append(f"| {workload} | " + " | ".join(_cores(per_target[t]) if t in per_target else "-"
+                                                   for t in targets) + " |")
     out.append(END)
     return "\n".join(out)
+
+
+def _source(meta: dict[str, Any]) -> str:
+    src = meta.get("source")
+    if not src:
+        return ""
+    dirty = f", with {len(src['modified'])} files of apiserver/ modified" if src["modified"] else ""
+    return f"; server code at {src['commit']}{dirty}"
 
 
 def update_markdown(path: Path, block: str) -> None:
@@ -147,43 +188,77 @@ def update_markdown(path: Path, block: str) -> None:
     path.write_text(text)
 
 
-def _chart_entries(results: Results, target: str) -> list[tuple[str, float]]:
-    entries: list[tuple[str, float]] = []
-    for metric in results:
-        if not metric.chart or target not in metric.samples:
+# -- docs/benchmarks.png -----------------------------------------------------------------------------
+
+def _chart_entries(doc: Document, target: str) -> list[tuple[str, float]]:
+    entries: list[tuple[str, float | None]] = []
+    for m in doc["metrics"]:
+        t = m["targets"].get(target)
+        if not m["chart"] or not t:
             continue
-        entries.append((_short(metric) + (" p50" if metric.chart_p99 else ""), metric.ratio(target, 50)))
-        if metric.chart_p99:
-            entries.append((_short(metric) + " p99", metric.ratio(target, 99)))
-    return [(label, value) for label, value in entries if not math.isnan(value)]
+        short = m["title"].split(":")[0]
+        entries.append((short + (" p50" if m["chart_p99"] else ""), t.get("ratio_p50")))
+        if m["chart_p99"]:
+            entries.append((short + " p99", t.get("ratio_p99")))
+    return [(label, value) for label, value in entries if value is not None and not math.isnan(value)]
 
 
-def _short(metric: Metric) -> str:
-    return metric.title.split(":")[0]
-
-
-def write_chart(path: Path, results: Results, target: str = "ours") -> None:
+def write_chart(path: Path, doc: Document) -> None:
+    """Horizontal bars of the ratios, one colour per non-baseline target, log scale around 1."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = _chart_entries(results, target)
-    labels = [label for label, _ in entries][::-1]
-    values = [value for _, value in entries][::-1]
-    fig, ax = plt.subplots(figsize=(9, 0.42 * len(entries) + 1.6))
-    colors = ["#2a9d55" if v >= 1 else "#d0543c" for v in values]
-    ax.barh(labels, values, color=colors)
+    others = _others(doc)
+    per_target = {name: dict(_chart_entries(doc, name)) for name in others}
+    labels = [label for label, _ in _chart_entries(doc, others[0])]
+    height = 0.8 / len(others)
+    colors = ("#2a6f97", "#e09f3e", "#7b2cbf")
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(labels) * max(1, len(others) * 0.7) + 1.8))
+    values_all = [1.0]
+    for i, name in enumerate(others):
+        ys = [len(labels) - 1 - n + (len(others) - 1 - 2 * i) * height / 2 for n in range(len(labels))]
+        values = [per_target[name].get(label, math.nan) for label in labels]
+        values_all += [v for v in values if not math.isnan(v)]
+        ax.barh(ys, values, height=height, color=colors[i % len(colors)], label=f"{name} vs kube-apiserver + CRD")
+        for y, v in zip(ys, values, strict=True):
+            if not math.isnan(v):
+                ax.text(v, y, f" {v:.2f}x", va="center", ha="left", fontsize=7)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels[::-1], fontsize=8)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xscale("log")
-    for y, v in enumerate(values):
-        ax.text(v, y, f" {v:.2f}x", va="center", ha="left", fontsize=8)
-    ax.set_xlabel("kube-apiserver+CRD / vc-apiserver (log scale; > 1: vc-apiserver faster or smaller)")
-    ax.set_title("vc-apiserver vs kube-apiserver serving the same resource as a CRD")
-    ax.tick_params(axis="y", labelsize=8)
-    low, high = min([*values, 1.0]), max([*values, 1.0])
-    ax.set_xlim(low / 1.6, high * 2.2)
+    low, high = min(values_all) / 1.5, max(values_all) * 2.2
+    ax.set_xlim(low, high)
+    ticks = [t for t in (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50) if low <= t <= high]
+    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("ratio (log scale): > 1 means vc-apiserver is faster or smaller than kube-apiserver + CRD")
+    ax.set_title(f"vc-apiserver vs kube-apiserver serving the same resource as a CRD "
+                 f"({doc['meta']['scale']['objects']:,} objects)")
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def write_docs(doc: Document, md: Path = DOCS_MD, png: Path = DOCS_PNG) -> None:
+    update_markdown(md, render_markdown(doc))
+    write_chart(png, doc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.report [results.json]``: print the table and redraw the docs from a past run."""
+    args = sys.argv[1:] if argv is None else argv
+    doc = read_json(Path(args[0]) if args else DEFAULT_JSON)
+    print(render_text(doc))
+    write_docs(doc)
+    print(f"docs: {DOCS_MD}, {DOCS_PNG}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,6 +14,7 @@ the pids whose memory to read, so a third target (ours through the host aggregat
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 import subprocess
@@ -22,6 +23,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from certs import pki as certs
 from hack.harness import ApiServer, Etcd, Pki, Proc, binary, free_port, wait_until, write_kubeconfig
@@ -62,7 +65,7 @@ def bench_pki(directory: Path) -> Pki:
     return out
 
 
-def _get(url: str, ctx: ssl.SSLContext, timeout: float = 5.0) -> tuple[int, bytes]:
+def http_get(url: str, ctx: ssl.SSLContext, timeout: float = 5.0) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout, context=ctx) as resp:
             return resp.status, resp.read()
@@ -110,7 +113,7 @@ class KubeApiServer:
 
     def ready(self) -> bool:
         try:
-            return _get(self.url + "/readyz", self._ctx(), 2)[0] == 200
+            return http_get(self.url + "/readyz", self._ctx(), 2)[0] == 200
         except OSError:
             return False
 
@@ -130,7 +133,7 @@ class KubeApiServer:
                            virtualcluster_crd())
         if code not in (201, 409):
             raise RuntimeError(f"creating the CRD: {code} {body.decode(errors='replace')}")
-        wait_until(lambda: _get(self.url + "/apis/kosmos.io/v1alpha1/virtualclusters?limit=1", ctx)[0] == 200,
+        wait_until(lambda: http_get(self.url + "/apis/kosmos.io/v1alpha1/virtualclusters?limit=1", ctx)[0] == 200,
                    timeout, "the virtualclusters CRD")
 
     def create_namespaces(self, names: list[str]) -> None:
@@ -165,10 +168,12 @@ class Lab:
     root: Path
     namespaces: list[str]
     started: list[Any] = field(default_factory=list)
+    etcd_urls: dict[str, str] = field(default_factory=dict)
 
     def _etcd(self, name: str) -> Etcd:
         etcd = Etcd(self.root / name / "etcd", free_port(), free_port(), self.root / "log" / f"{name}-etcd.log")
         self.started.append(etcd.start())
+        self.etcd_urls[name] = etcd.url
         return etcd
 
     def start(self, *, ours: bool = True, baseline: bool = True) -> list[Target]:
@@ -203,3 +208,20 @@ class Lab:
             except Exception as e:  # keep stopping the others
                 print(f"stopping {proc}: {e}")
         self.started.clear()
+
+
+def target_from_kubeconfig(name: str, kubeconfig: Path, workdir: Path, store_of: str) -> Target:
+    """An extra target (e.g. ours through the host aggregator) from a kubeconfig with inline
+    client-certificate data; it serves the objects of ``store_of`` and so creates none itself."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    user = config["users"][0]["user"]
+    files = {}
+    for stem, data in (("ca.crt", cluster["certificate-authority-data"]), ("tls.crt", user["client-certificate-data"]),
+                       ("tls.key", user["client-key-data"])):
+        path = workdir / "targets" / name / stem
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
+        files[stem] = path
+    return Target(name, f"{name} (from {kubeconfig})", cluster["server"], files["ca.crt"], files["tls.crt"],
+                  files["tls.key"], kubeconfig, store_of=store_of)

@@ -50,8 +50,8 @@ class Metric:
         """Baseline over ``target``, oriented so that > 1 means ``target`` is better."""
         ours = percentile(self.samples.get(target, []), quantile)
         base = percentile(self.samples.get(BASELINE, []), quantile)
-        if not ours or not base or math.isnan(ours) or math.isnan(base):
-            return math.nan
+        if math.isnan(ours) or math.isnan(base) or ours <= 0 or base <= 0:
+            return math.nan  # a ratio of non-positive values (a delay that beat its ack) means nothing
         return ours / base if self.higher_is_better else base / ours
 
     def summary(self) -> dict[str, Any]:

@@ -7,51 +7,46 @@ workloads that modify objects (update, watch) come last.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .aggregator import start_via_aggregator
 from .client import namespace_name
 from .config import NAMESPACES, Scale
-from .servers import Lab, Target, etcd_version, kube_version
+from .servers import Lab, etcd_version, kube_version, target_from_kubeconfig
 from .stats import Results
 from .watch import WATCH_NAMESPACE, fan_out_watch
 from .workloads import Bench, create, get, kubectl, lists, log, memory, record_memory, update, warm_up
 
 Step = tuple[str, Callable[[Bench], Any]]
+REPO = Path(__file__).resolve().parent.parent
 
 
-def target_from_kubeconfig(name: str, kubeconfig: Path, workdir: Path, store_of: str) -> Target:
-    """An extra target (e.g. ours through the host aggregator) from a kubeconfig with inline
-    client-certificate data; it serves the objects of ``store_of`` and so creates none itself."""
-    config = yaml.safe_load(kubeconfig.read_text())
-    cluster = config["clusters"][0]["cluster"]
-    user = config["users"][0]["user"]
-    files = {}
-    for stem, data in (("ca.crt", cluster["certificate-authority-data"]), ("tls.crt", user["client-certificate-data"]),
-                       ("tls.key", user["client-key-data"])):
-        path = workdir / "targets" / name / stem
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data))
-        files[stem] = path
-    return Target(name, f"{name} (from {kubeconfig})", cluster["server"], files["ca.crt"], files["tls.crt"],
-                  files["tls.key"], kubeconfig, store_of=store_of)
+def source_state() -> dict[str, Any]:
+    """Which server code was measured: the commit, and the files under test that differed from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return {"commit": git("rev-parse", "--short", "HEAD"),
+            "modified": git("status", "--porcelain", "--", "apiserver", "hack/harness.py").splitlines()}
 
 
 async def run(scale: Scale, workdir: Path, extra: list[tuple[str, Path]] | None = None,
-              only: set[str] | None = None) -> tuple[Results, dict[str, Any]]:
+              only: set[str] | None = None, via_aggregator: bool = False) -> tuple[Results, dict[str, Any]]:
     started = time.monotonic()
     started_at = dt.datetime.now(dt.UTC)
-    lab = Lab(workdir, [namespace_name(i) for i in range(NAMESPACES)] + [WATCH_NAMESPACE])
+    namespaces = [namespace_name(i) for i in range(NAMESPACES)] + [WATCH_NAMESPACE]
+    lab = Lab(workdir, namespaces)
+    failures: dict[str, str] = {}
     try:
         targets = lab.start()
-        log("servers up: " + ", ".join(f"{t.name} {t.url}" for t in targets))
+        if via_aggregator:
+            targets.append(start_via_aggregator(lab, lab.etcd_urls["ours"], namespaces))
         targets += [target_from_kubeconfig(name, path, workdir, "ours") for name, path in extra or []]
+        log("servers up: " + ", ".join(f"{t.name} {t.url}" for t in targets))
         b = Bench(scale, targets)
         b.open()
         try:
@@ -65,7 +60,12 @@ async def run(scale: Scale, workdir: Path, extra: list[tuple[str, Path]] | None 
                 if only and name not in only:
                     continue
                 phase = time.monotonic()
-                await step(b)
+                try:
+                    await step(b)
+                except Exception as e:  # keep the other workloads' numbers; the failure is reported
+                    log(f"-- {name} FAILED: {e}")
+                    failures[name] = str(e)
+                    continue
                 log(f"-- {name} done in {time.monotonic() - phase:.0f}s")
             end = memory(b, "end")
             record_memory(b, empty, full, end)
@@ -77,5 +77,6 @@ async def run(scale: Scale, workdir: Path, extra: list[tuple[str, Path]] | None 
             "finished": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "duration_s": time.monotonic() - started, "scale": scale.as_dict(),
             "versions": {"kubernetes": kube_version(), "etcd": etcd_version()},
-            "targets": [{"name": t.name, "description": t.description, "url": t.url} for t in targets]}
+            "targets": [{"name": t.name, "description": t.description, "url": t.url} for t in targets],
+            "failures": failures, "source": source_state()}
     return b.results, meta

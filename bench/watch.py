@@ -3,26 +3,25 @@
 The delay of one write is from its acknowledgement (the PATCH response) to the moment the
 *last* watcher has received the event carrying its resourceVersion: what a fleet of informers
 experiences. Writes are open-loop (sent on schedule, not after the previous answer) so a slow
-server cannot slow the writer down and hide its own lag. Watchers find the resourceVersion with
-a regex instead of decoding each event: 200 watchers x 100 events/s would otherwise make the
-Python client, not the servers, the thing measured. The client's cost of ingesting every copy
-remains in the numbers, equally for both servers; its CPU use is reported next to them.
+server cannot slow the writer down and hide its own lag. The watchers are the lean protocol of
+:mod:`bench.stream` and resume after the server closes them, as informers do (kube-apiserver
+closes watchers that fall behind: the count is reported as ``rewatches``). The client's cost of
+ingesting every copy is in the numbers, equally for every server, and its CPU use is reported.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 import aiohttp
 
-from .client import MERGE_PATCH, Client, collection, item, virtualcluster
+from .client import MERGE_PATCH, Client, RequestFailed, collection, item, virtualcluster
 from .servers import Target
+from .stream import Informer
 from .workloads import Bench, log
 
 WATCH_NAMESPACE = "bench-watch"
-_RV = re.compile(rb'"resourceVersion":"(\d+)"')  # the first one in an event is metadata's
 
 
 class Arrivals:
@@ -55,24 +54,6 @@ class Arrivals:
                 return
 
 
-async def _watcher(session: aiohttp.ClientSession, path: str, rv: str, arrivals: Arrivals,
-                   ready: asyncio.Queue[None]) -> None:
-    params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "600"}
-    async with session.get(path, params=params, headers={"Accept": "application/json"}) as resp:
-        if resp.status != 200:
-            raise RuntimeError(f"watch {path}: {resp.status} {(await resp.read())[:300]!r}")
-        ready.put_nowait(None)
-        tail = b""
-        async for chunk in resp.content.iter_any():
-            now = time.perf_counter()
-            lines = (tail + chunk).split(b"\n")
-            tail = lines.pop()
-            for line in lines:
-                match = _RV.search(line)
-                if match:
-                    arrivals.record(match.group(1), now)
-
-
 async def _ensure_objects(client: Client, count: int) -> list[str]:
     names = [f"w-{i:03d}" for i in range(count)]
     for i, name in enumerate(names):
@@ -81,35 +62,44 @@ async def _ensure_objects(client: Client, count: int) -> list[str]:
     return names
 
 
-async def _round(b: Bench, target: Target, names: list[str]) -> tuple[list[float], int]:
+async def _round(b: Bench, target: Target, names: list[str]) -> tuple[list[float], dict[str, int]]:
     s = b.scale
     client = b.clients[target.name]
     path = collection(WATCH_NAMESPACE)
     rv = (await client.request("GET", path)).json()["metadata"]["resourceVersion"]
     arrivals = Arrivals(s.watchers)
-    ready: asyncio.Queue[None] = asyncio.Queue()
-    session = aiohttp.ClientSession(base_url=target.url, connector=aiohttp.TCPConnector(
-        ssl=target.ssl_context(), limit=s.watchers + 4), timeout=aiohttp.ClientTimeout(total=None))
-    watchers = [asyncio.create_task(_watcher(session, path, rv, arrivals, ready)) for _ in range(s.watchers)]
+    ctx = target.ssl_context()
+    params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "600"}
+    gate = asyncio.Semaphore(20)  # connect in waves: 200 simultaneous TLS handshakes only measure accept()
+
+    async def connect() -> Informer:
+        async with gate:
+            return await Informer(target.url, path, params, ctx, arrivals.record).start()
+
     acks: dict[bytes, float] = {}
+    failed: list[str] = []
+    opened = await asyncio.gather(*(connect() for _ in range(s.watchers)), return_exceptions=True)
+    watchers = [w for w in opened if isinstance(w, Informer)]
     try:
-        for _ in range(s.watchers):
-            getter = asyncio.ensure_future(ready.get())
-            done, _ = await asyncio.wait([getter, *watchers], timeout=60, return_when=asyncio.FIRST_COMPLETED)
-            if getter not in done:
-                getter.cancel()
-                for w in done:
-                    w.result()  # a watcher that ended early raises its error here
-                raise TimeoutError(f"{target.name}: watchers did not start")
+        errors = [w for w in opened if not isinstance(w, Informer)]
+        if errors:
+            raise RuntimeError(f"{target.name}: {len(errors)} watchers failed to start: {errors[0]}")
         await asyncio.sleep(0.5)
 
+        token = f"{time.time_ns():x}"  # a value never written before: a no-op patch makes no event
+
         async def write(seq: int) -> None:
-            body = {"metadata": {"annotations": {"bench.kosmos.io/seq": str(seq)}}}
-            resp = await client.request("PATCH", item(WATCH_NAMESPACE, names[seq % len(names)]), body=body,
-                                        headers=MERGE_PATCH)
+            body = {"metadata": {"annotations": {"bench.kosmos.io/seq": f"{token}-{seq}"}}}
+            try:
+                resp = await client.request("PATCH", item(WATCH_NAMESPACE, names[seq % len(names)]), body=body,
+                                            headers=MERGE_PATCH)
+            except (RequestFailed, aiohttp.ClientError) as e:  # an overloaded server answers 503 or 504
+                failed.append(str(e))
+                return
             acks[resp.json()["metadata"]["resourceVersion"].encode()] = time.perf_counter()
 
         count = int(s.watch_rate * s.watch_seconds)
+        meter = b.meter(target)
         started = time.perf_counter()
         writes = []
         for seq in range(count):
@@ -119,13 +109,26 @@ async def _round(b: Bench, target: Target, names: list[str]) -> tuple[list[float
             writes.append(asyncio.create_task(write(seq)))
         await asyncio.gather(*writes)
         await arrivals.wait_complete(set(acks), 30)
+        b.results.record_usage("watch", target.name, meter.stop().cores())
+        restarts = sum(w.restarts for w in watchers)
     finally:
-        for w in watchers:
-            w.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
-        await session.close()
+        await asyncio.gather(*(w.stop() for w in watchers), return_exceptions=True)
+        await asyncio.sleep(2.0)  # let the server drain what it still had queued before the next round
+    if failed:
+        log(f"[watch] {target.name}: {len(failed)} writes failed, e.g. {failed[0]}")
     delays = [(arrivals.seen[rv][1] - acked) * 1000.0 for rv, acked in acks.items() if rv in arrivals.complete]
-    return delays, len(acks) - len(delays)
+    return delays, {"undelivered": len(acks) - len(delays), "failed_writes": len(failed), "rewatches": restarts}
+
+
+async def terminated_watchers(client: Client) -> int | None:
+    """kube-apiserver's own count of watchers it closed for falling behind (None: not exposed)."""
+    try:
+        text = (await client.request("GET", "/metrics", headers={"Accept": "text/plain"})).body.decode()
+    except RequestFailed:
+        return None
+    lines = [line for line in text.splitlines()
+             if line.startswith("apiserver_terminated_watchers_total{") and "virtualclusters" in line]
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in lines)) if lines else None
 
 
 async def fan_out_watch(b: Bench) -> None:
@@ -137,13 +140,16 @@ async def fan_out_watch(b: Bench) -> None:
     for target in b.targets:
         names[target.name] = await _ensure_objects(b.clients[target.name], s.watch_objects)
     for r, target in b.rounds(s.rounds):
-        meter = b.meter(target)
-        delays, lost = await _round(b, target, names[target.name])
-        b.results.record_usage("watch", target.name, meter.stop().cores())
+        delays, counts = await _round(b, target, names[target.name])
         metric.add(target.name, *delays)
-        metric.notes.setdefault("undelivered", {}).setdefault(target.name, 0)
-        metric.notes["undelivered"][target.name] += lost
+        for note, count in counts.items():
+            metric.notes.setdefault(note, {}).setdefault(target.name, 0)
+            metric.notes[note][target.name] += count
         delays.sort()
         p50 = delays[len(delays) // 2] if delays else float("nan")
-        log(f"[watch] round {r} {target.name}: {len(delays)} events to all {s.watchers} watchers, p50 {p50:.1f}ms"
-            + (f", {lost} not delivered to all" if lost else ""))
+        log(f"[watch] round {r} {target.name}: {len(delays)} events to all {s.watchers} watchers, p50 {p50:.1f}ms, "
+            + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    for target in b.targets:
+        count = await terminated_watchers(b.clients[target.name])
+        if count is not None:
+            metric.notes.setdefault("server_terminated_watchers", {})[target.name] = count
