@@ -458,9 +458,8 @@ class HostCluster:
             raise TimeoutError(f"{e}\n{api.tail()}") from None
 
     def stop(self) -> None:
-        for name in ("kwok", "kube-controller-manager", "kube-apiserver"):
+        for name in ("kwok", "kube-controller-manager", "kube-apiserver", "etcd"):
             (self.procs.get(name) or Proc(name, [], Path("/dev/null"), self._pidfile(name))).stop()
-        self.etcd().stop()
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
