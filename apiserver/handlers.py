@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import time
 from typing import Any
 
@@ -18,8 +19,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from . import errors, wire
-from .registry import ListOptions, Registry, Result, WriteOptions, load_body, parse_list_options
-from .watchcache import BOOKMARK, ERROR, Event
+from .registry import ListOptions, Registry, Result, WriteOptions, load_body, parse_int64, parse_list_options
+from .watchcache import BOOKMARK, ERROR, Entry, Event
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ def _warning_headers(warnings: list[str]) -> CIMultiDict[str]:
     headers: CIMultiDict[str] = CIMultiDict()
     for w in warnings:
         escaped = w.replace("\\", "\\\\").replace('"', '\\"')
+        # Control characters (from field names in the body) cannot go in a header: escape them as Go's %q does.
+        escaped = re.sub("[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", escaped)
         headers.add("Warning", f'299 - "{escaped}"')
     return headers
 
@@ -92,15 +95,15 @@ class ResourceHandlers:
         elif target.is_metadata:
             body = wire.partial_metadata_list(items, list_meta, target.meta_version)
         else:
-            if target.media == wire.JSON:
-                return self._fast_list(items, list_meta)
             body = {"kind": self.info.list_kind, "apiVersion": self.info.group_version,
                     "metadata": list_meta, "items": items}
         return wire.render(body, target)
 
-    def _fast_list(self, items: list[dict[str, Any]], list_meta: dict[str, Any]) -> web.Response:
-        body = orjson.dumps({"apiVersion": self.info.group_version, "items": items,
-                             "kind": self.info.list_kind, "metadata": list_meta})
+    def _fast_list(self, entries: list[Entry], list_meta: dict[str, Any]) -> web.Response:
+        """Plain JSON lists splice each object's cached encoding instead of encoding it again."""
+        head = orjson.dumps({"apiVersion": self.info.group_version, "kind": self.info.list_kind,
+                             "metadata": list_meta})
+        body = head[:-1] + b',"items":[' + b",".join(e.json() for e in entries) + b"]}"
         return web.Response(body=body, content_type=wire.JSON)
 
     def _write_result(self, result: Result, target: wire.Target, request: web.Request, status: int) -> web.Response:
@@ -117,8 +120,10 @@ class ResourceHandlers:
         opts = parse_list_options(dict(query), watch=watch)
         if watch:
             return await self.watch(request, namespace, opts, target)
-        items, meta = await self.registry.list(namespace, opts)
-        return self._render_list(items, meta, target, query)
+        entries, meta = await self.registry.list(namespace, opts)
+        if target.media == wire.JSON and not target.as_kind:
+            return self._fast_list(entries, meta)
+        return self._render_list([e.obj for e in entries], meta, target, query)
 
     async def create(self, request: web.Request) -> web.Response:
         target = wire.negotiate(request.headers.get("Accept"), allow_as=False)
@@ -190,6 +195,10 @@ class ResourceHandlers:
                 if body.get("kind") not in (None, "DeleteOptions"):
                     raise errors.bad_request(f'expected DeleteOptions, got kind "{body.get("kind")}"')
                 options = body
+                for name, kind, go_type in (("dryRun", list, "[]string"), ("preconditions", dict, "Preconditions")):
+                    if body.get(name) is not None and not isinstance(body[name], kind):
+                        raise errors.bad_request(f"json: cannot unmarshal {type(body[name]).__name__} into Go struct "
+                                                 f"field DeleteOptions.{name} of type {go_type}")
                 if body.get("dryRun"):
                     for value in body["dryRun"]:
                         if value != "All":
@@ -219,21 +228,24 @@ class ResourceHandlers:
                                   f"{cause.message}", kind="ListOptions", group="meta.k8s.io", causes=[cause])
         timeout = float(MIN_REQUEST_TIMEOUT * (1 + random.random()))
         if query.get("timeoutSeconds"):
-            try:
-                timeout = float(int(query["timeoutSeconds"]))
-            except ValueError:
-                raise errors.bad_request("timeoutSeconds must be an integer") from None
+            seconds = parse_int64(query["timeoutSeconds"])
+            if seconds is None:
+                raise errors.bad_request("timeoutSeconds must be an integer")
+            timeout = float(seconds)
         if opts.resource_version not in ("", "0") and opts.resource_version_match != "NotOlderThan":
             await self.registry.store.cache.wait_fresh(int(opts.resource_version))
 
         resp = web.StreamResponse(status=200)
         resp.content_type = wire.JSON
         resp.enable_chunked_encoding()
-        await resp.prepare(request)
         try:
-            watcher, backlog, initial_rv = self.registry.watch(namespace, opts, bookmarks, send_initial)
-        except errors.ApiError as e:
-            await resp.write(orjson.dumps({"type": ERROR, "object": e.status()}) + b"\n")
+            await resp.prepare(request)
+            try:
+                watcher, backlog, initial_rv = self.registry.watch(namespace, opts, bookmarks, send_initial)
+            except errors.ApiError as e:
+                await resp.write(orjson.dumps({"type": ERROR, "object": e.status()}) + b"\n")
+                return resp
+        except ConnectionResetError:  # the client left before the stream started: nothing to answer
             return resp
         self._on_watch_change(1)
         include = wire.include_object(query) if target.is_table else "Metadata"
@@ -305,6 +317,8 @@ class _EventEncoder:
         if ev.type == BOOKMARK:
             return self.bookmark(ev.rv)
         assert ev.entry is not None
+        if not self.target.is_table and not self.target.is_metadata:  # one encoding shared by every watcher
+            return b'{"type":"' + ev.type.encode() + b'","object":' + ev.entry.json() + b"}\n"
         return orjson.dumps({"type": ev.type, "object": self._shape(ev.entry.obj)}) + b"\n"
 
     def bookmark(self, rv: int, annotations: dict[str, str] | None = None) -> bytes:

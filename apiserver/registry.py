@@ -13,6 +13,7 @@ import binascii
 import copy
 import json
 import posixpath
+import re
 import secrets
 import uuid
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse
 from .storage import Obj, Store
 from .strategy import Strategy
 from .watchcache import Entry, Event, Watcher
-from .wire import now_rfc3339
+from .wire import MAX_NESTING_DEPTH, check_nesting, now_rfc3339
 
 FIELD_SELECTORS = ("metadata.name", "metadata.namespace")
 DRY_RUN_ALL = "All"
@@ -85,10 +86,10 @@ def parse_list_options(query: dict[str, str], watch: bool = False) -> ListOption
     if query.get("fieldSelector"):
         opts.field_selector = parse_field_selector(query["fieldSelector"], FIELD_SELECTORS)
     if query.get("limit"):
-        try:
-            opts.limit = max(int(query["limit"]), 0)
-        except ValueError:
-            raise errors.bad_request(f'invalid limit "{query["limit"]}": must be an integer') from None
+        limit = parse_int64(query["limit"])
+        if limit is None:
+            raise errors.bad_request(f'invalid limit "{query["limit"]}": must be an integer')
+        opts.limit = max(limit, 0)
     opts.continue_token = query.get("continue", "")
     opts.resource_version = query.get("resourceVersion", "")
     opts.resource_version_match = match = query.get("resourceVersionMatch", "")
@@ -132,14 +133,22 @@ def parse_list_options(query: dict[str, str], watch: bool = False) -> ListOption
     return opts
 
 
+MAX_INT64 = 2**63 - 1
+
+
+def parse_int64(value: str) -> int | None:
+    """Go's ``strconv.ParseInt(value, 10, 64)``: ASCII digits with an optional sign, in int64 range."""
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        return None
+    number = int(value)
+    return number if -MAX_INT64 - 1 <= number <= MAX_INT64 else None
+
+
 def parse_rv(value: str) -> int:
-    try:
-        rv = int(value)
-        if rv < 0:
-            raise ValueError
-        return rv
-    except ValueError:
-        raise errors.bad_request(f'invalid resource version: "{value}"') from None
+    """A resourceVersion is an etcd revision: a non-negative int64 in decimal."""
+    if not re.fullmatch(r"[0-9]+", value) or int(value) > MAX_INT64:
+        raise errors.bad_request(f'invalid resource version: "{value}"')
+    return int(value)
 
 
 def encode_continue(rv: int, start: str) -> str:
@@ -152,13 +161,16 @@ def decode_continue(token: str) -> tuple[int, str]:
     try:
         padded = token + "=" * (-len(token) % 4)
         data = orjson.loads(base64.urlsafe_b64decode(padded))
-        if data.get("v") != CONTINUE_VERSION:
+        if not isinstance(data, dict) or data.get("v") != CONTINUE_VERSION:
             raise ValueError("unsupported version")
-        rv, start = int(data["rv"]), str(data["start"])
+        rv, start = data["rv"], data["start"]
+        if type(rv) is not int or not isinstance(start, str):
+            raise ValueError("malformed")
     except (ValueError, KeyError, TypeError, binascii.Error, orjson.JSONDecodeError):
         raise errors.bad_request("continue key is not valid: incorrect encoded start resourceVersion") from None
     key = start.rstrip("\0")
-    if rv <= 0 or not key or key.startswith("/") or posixpath.normpath(key) != key or ".." in key.split("/"):
+    if not 0 < rv <= MAX_INT64 or not key or key.startswith("/") or posixpath.normpath(key) != key \
+            or ".." in key.split("/"):
         raise errors.bad_request(f"continue key is not valid: {start!r}")
     return rv, start
 
@@ -174,13 +186,36 @@ def load_body(body: bytes) -> Any:
     if not body:
         raise errors.bad_request("the request body is empty")
     try:
-        return orjson.loads(body)
+        document = orjson.loads(body)
     except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(body)  # NaN/Infinity and friends give a clearer message below
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise errors.bad_request(f"the body of the request could not be decoded as JSON: {e}") from None
+        # What Go's decoder takes and orjson does not: integers beyond 64 bits (validation
+        # answers for them) and unpaired surrogate escapes (decoded as U+FFFD, as Go does).
+        # NaN and Infinity are not JSON: refused, as Go does.
+        try:
+            document = json.loads(body, parse_constant=_not_json)
+        except RecursionError:
+            raise errors.bad_request("the body of the request could not be decoded as JSON: exceeded max depth "
+                                     f"of {MAX_NESTING_DEPTH}") from None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise errors.bad_request(f"the body of the request could not be decoded as JSON: {e}") from None
+        check_nesting(document)
+        return _replace_surrogates(document)
+    check_nesting(document)
+    return document
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"invalid character '{constant[0]}' looking for beginning of value")
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return re.sub("[\ud800-\udfff]", "\ufffd", value)
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def find_duplicate_fields(body: bytes) -> list[str]:
@@ -228,8 +263,8 @@ class Registry:
                 f"the API version in the data ({api_version}) does not match the expected API version "
                 f"({self.info.group_version})" if api_version != self.info.group_version else
                 f"the kind in the data ({kind}) does not match the expected kind ({self.info.kind})")
-        meta = obj.get("metadata", {})
-        if meta is None:
+        meta = obj.get("metadata")
+        if meta is None:  # absent or null (a patch may remove it)
             obj["metadata"] = meta = {}
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
@@ -259,7 +294,8 @@ class Registry:
     def _validate_create(self, obj: Obj) -> None:
         causes = names.validate_object_meta(obj["metadata"], namespaced=True) + self.strategy.validate(obj)
         if causes:
-            raise self._invalid(obj["metadata"].get("name") or obj["metadata"].get("generateName", ""), causes)
+            name = obj["metadata"].get("name") or obj["metadata"].get("generateName") or ""
+            raise self._invalid(name if isinstance(name, str) else "", causes)
 
     # -- reads -----------------------------------------------------------------------
 
@@ -271,25 +307,38 @@ class Registry:
             return entry.obj
         return await self.store.get(namespace, name)
 
-    async def list(self, namespace: str | None, opts: ListOptions) -> tuple[list[Obj], dict[str, Any]]:
+    async def list(self, namespace: str | None, opts: ListOptions) -> tuple[list[Entry], dict[str, Any]]:
         """Objects and list metadata (resourceVersion, continue, remainingItemCount)."""
         cache = self.store.cache
         predicate = opts.predicate()
         if opts.continue_token:
             rv, start = decode_continue(opts.continue_token)
-            return await self._list_from_etcd(namespace, opts, predicate, rv,
-                                              self.store.layout.namespace_prefix(namespace) + start.rstrip("\0"))
+            try:
+                return await self._list_from_etcd(namespace, opts, predicate, rv,
+                                                  self.store.layout.namespace_prefix(namespace) + start.rstrip("\0"))
+            except errors.ApiError as e:
+                if e.reason != "Timeout":
+                    raise
+                # A revision etcd has not reached yet: no server issued this token.
+                raise errors.bad_request(f"continue key is not valid: resource version {rv} is in the future") \
+                    from None
         if opts.resource_version_match == "Exact":
             rv = parse_rv(opts.resource_version)
             return await self._list_from_etcd(namespace, opts, predicate, rv, None)
         if opts.resource_version == "":
-            await cache.wait_consistent()
+            try:
+                await cache.wait_consistent()
+            except errors.ApiError as e:
+                if e.code != 504:
+                    raise
+                # As kube-apiserver does: what the cache cannot serve consistently in time, etcd does.
+                return await self._list_from_etcd(namespace, opts, predicate, 0, None)
         elif opts.resource_version != "0":
             await cache.wait_fresh(parse_rv(opts.resource_version))
         elif not cache.ready:
             raise errors.service_unavailable("the watch cache is initializing")
         rv = cache.rv
-        items: list[Obj] = []
+        items: list[Entry] = []
         remaining = 0
         last_key = ""
         more = False
@@ -302,7 +351,7 @@ class Registry:
                     break
                 remaining += 1
                 continue
-            items.append(entry.obj)
+            items.append(entry)
             last_key = entry.key
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if more:
@@ -316,9 +365,9 @@ class Registry:
         return encode_continue(rv, last_key[len(prefix):] + "\0")
 
     async def _list_from_etcd(self, namespace: str | None, opts: ListOptions, predicate: Callable[[Entry], bool],
-                              rv: int, after_key: str | None) -> tuple[list[Obj], dict[str, Any]]:
+                              rv: int, after_key: str | None) -> tuple[list[Entry], dict[str, Any]]:
         """A list at an exact revision, read page by page from etcd until ``limit`` match."""
-        items: list[Obj] = []
+        items: list[Entry] = []
         last_key = after_key
         while True:
             need = opts.limit - len(items) if opts.limit else 0
@@ -327,7 +376,7 @@ class Registry:
             for i, entry in enumerate(entries):
                 last_key = entry.key
                 if predicate(entry):
-                    items.append(entry.obj)
+                    items.append(entry)
                 if opts.limit and len(items) >= opts.limit:
                     more = more or i < len(entries) - 1
                     break
@@ -507,10 +556,10 @@ class Registry:
 
     async def delete_collection(self, namespace: str | None, list_opts: ListOptions, options: dict[str, Any],
                                 opts: WriteOptions) -> list[Obj]:
-        items, _ = await self.list(namespace, ListOptions(list_opts.label_selector, list_opts.field_selector))
+        entries, _ = await self.list(namespace, ListOptions(list_opts.label_selector, list_opts.field_selector))
         out = []
-        for item in items:
-            meta = item["metadata"]
+        for entry in entries:
+            meta = entry.obj["metadata"]
             try:
                 obj, _ = await self.delete(meta["namespace"], meta["name"], options, opts)
             except errors.ApiError as e:

@@ -39,10 +39,17 @@ class Entry:
     name: str
     rv: int
     obj: dict[str, Any]
+    labels: dict[str, str] = field(init=False)
+    _json: bytes | None = field(default=None, init=False, repr=False)
 
-    @property
-    def labels(self) -> dict[str, str]:
-        return self.obj.get("metadata", {}).get("labels") or {}
+    def __post_init__(self) -> None:
+        self.labels = self.obj.get("metadata", {}).get("labels") or {}
+
+    def json(self) -> bytes:
+        """The object encoded once, shared by every list and watch that serves it."""
+        if self._json is None:
+            self._json = orjson.dumps(self.obj)
+        return self._json
 
 
 @dataclass(slots=True)
@@ -201,7 +208,11 @@ class WatchCache:
                         raise EtcdUnavailable(f"etcd canceled the watch: {resp.cancel_reason}")
                     if resp.created:
                         continue  # its header revision may be ahead of events still to come
-                    await self._apply(resp.revision, resp.events)
+                    # etcd stamps each batch of a catch-up (1000 revisions at most) with its current
+                    # revision: the cache is only as current as the last event it has applied.
+                    # Event-less responses are progress notifications, sent once caught up.
+                    revision = resp.events[-1].kv.mod_revision if resp.events else resp.revision
+                    await self._apply(revision, resp.events)
                 raise EtcdUnavailable("etcd closed the watch stream")
             except asyncio.CancelledError:
                 raise
@@ -234,9 +245,7 @@ class WatchCache:
             for watcher in list(self._watchers):
                 watcher.close("the watch cache was re-initialized")
             self._watchers.clear()
-        async with self._advanced:
-            self.rv = result.revision
-            self._advanced.notify_all()
+        await self._advance(result.revision)
         self._connected = True
         self._ready.set()
         log.info("watch cache for %s listed %d objects at revision %d",
@@ -265,9 +274,17 @@ class WatchCache:
                     self._sorted = None
                 self._publish(Event(MODIFIED if prev else ADDED, rv, entry, prev))
         if revision > self.rv:
-            async with self._advanced:
-                self.rv = revision
-                self._advanced.notify_all()
+            await self._advance(revision)
+
+    async def _advance(self, revision: int) -> None:
+        """Stand at ``revision`` with the items just applied, then wake whoever waits for it.
+
+        The revision moves before the first await (taking the condition's lock can yield):
+        a list must never see items newer than the resourceVersion it is given.
+        """
+        self.rv = revision
+        async with self._advanced:
+            self._advanced.notify_all()
 
     def _publish(self, event: Event) -> None:
         self._history.append(event)
@@ -298,14 +315,25 @@ class WatchCache:
             try:
                 await asyncio.wait_for(self._advanced.wait_for(lambda: self.rv >= rv), self.freshness_timeout)
             except TimeoutError:
+                if self.rv >= rv:  # reached as time ran out (the loop was busy applying a batch)
+                    return
                 raise errors.ApiError(
                     504, "Timeout", f"Too large resource version: {rv}, current: {self.rv}",
                     causes=[errors.Cause("ResourceVersionTooLarge", "Too large resource version")],
                     retry_after=1) from None
 
     async def wait_consistent(self) -> int:
-        """Wait until the cache holds everything etcd has committed; returns that revision."""
-        current = (await self.etcd.range(self.layout.prefix, limit=1, keys_only=True)).revision
+        """Wait until the cache holds everything etcd has committed; returns that revision.
+
+        Only etcd knows its current revision: when it cannot say, the read fails as a write
+        would (503 while etcd is unreachable), never as an internal error.
+        """
+        from .storage import storage_error  # storage builds on this module
+
+        try:
+            current = (await self.etcd.range(self.layout.prefix, limit=1, keys_only=True)).revision
+        except EtcdError as e:
+            raise storage_error(e) from e
         await self.wait_fresh(current)
         return current
 

@@ -88,6 +88,24 @@ def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj)
 
 
+# Request bodies nested deeper than this are refused with 400. A VirtualCluster is about
+# eight levels deep; the limit keeps every recursive step after decoding (pruning, merge
+# patch, deepcopy, orjson's encoder) far from Python's and orjson's recursion limits.
+MAX_NESTING_DEPTH = 100
+
+
+def check_nesting(document: Any, what: str = "the body of the request") -> None:
+    """400 when a decoded JSON document is nested deeper than :data:`MAX_NESTING_DEPTH`."""
+    stack = [(document, 1)] if isinstance(document, dict | list) else []
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_NESTING_DEPTH:
+            raise errors.bad_request(f"{what} could not be decoded as JSON: exceeded max depth of "
+                                     f"{MAX_NESTING_DEPTH}")
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+
+
 def render(obj: Any, target: Target = Target(), status: int = 200,
            headers: dict[str, str] | None = None) -> web.Response:
     if target.media == YAML:
@@ -214,7 +232,8 @@ def now_rfc3339() -> str:
 
 
 def parse_rfc3339(value: str) -> dt.datetime:
-    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    parsed = dt.datetime.fromisoformat(value)  # C-fast; Python 3.11 reads the trailing Z
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def age(timestamp: str | None) -> str:
