@@ -52,6 +52,8 @@ def storage_error(e: EtcdError) -> errors.ApiError:
         return errors.service_unavailable(f"storage is unavailable: {e.message}")
     if isinstance(e, EtcdCompacted):
         return errors.gone(f"The resourceVersion for the provided list is too old: {e.message}")
+    if "request is too large" in e.message or "message larger than max" in e.message:
+        return errors.ApiError(413, "RequestEntityTooLarge", f"the object is too large to be stored: {e.message}")
     if "database space exceeded" in e.message:
         return errors.ApiError(507, "InsufficientStorage", f"etcd refused the write: {e.message}")
     return errors.internal(f"etcd: {e.message}")
@@ -104,32 +106,47 @@ class Store:
         finalizer the update removes is deleted, as in kube.
         """
         key = self.layout.key(namespace, name)
+        # First guess from the watch cache (saves an etcd read); whatever it cannot vouch for
+        # (a miss, a mismatch, a refusal, a no-op, a lost race) is decided again from etcd.
+        guess = self.cache.get(namespace, name) if self.cache.ready else None
         for _ in range(MAX_CONFLICT_RETRIES):
-            try:
-                kv = await self.etcd.get(key)
-            except EtcdError as e:
-                raise storage_error(e) from e
-            if kv is None:
-                raise self._not_found(name)
-            current = decode_entry(self.layout, kv)
-            assert current is not None
-            if expected_rv is not None and expected_rv != str(kv.mod_revision):
+            current, guess = guess, None
+            if current is None or (expected_rv is not None and expected_rv != str(current.rv)):
+                try:
+                    kv = await self.etcd.get(key)
+                except EtcdError as e:
+                    raise storage_error(e) from e
+                if kv is None:
+                    raise self._not_found(name)
+                current = decode_entry(self.layout, kv)
+                assert current is not None
+                cached = False
+            else:
+                cached = True
+            if expected_rv is not None and expected_rv != str(current.rv):
                 raise self._conflict(name)
-            new = await update(copy.deepcopy(current.obj))
+            try:
+                new = await update(copy.deepcopy(current.obj))
+            except errors.ApiError:
+                if cached:
+                    continue
+                raise
             if new is None or _same(new, current.obj):
+                if cached:
+                    continue
                 return current.obj, current.obj
             meta = new["metadata"]
             try:
                 if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-                    result = await self.etcd.txn([compare_mod_revision(key, kv.mod_revision)], [op_delete(key)])
+                    result = await self.etcd.txn([compare_mod_revision(key, current.rv)], [op_delete(key)])
                 else:
-                    result = await self.etcd.txn([compare_mod_revision(key, kv.mod_revision)],
+                    result = await self.etcd.txn([compare_mod_revision(key, current.rv)],
                                                  [op_put(key, encode(new))])
             except EtcdError as e:
                 raise storage_error(e) from e
             if result.succeeded:
                 return current.obj, _with_rv(new, result.revision)
-            if expected_rv is not None:
+            if expected_rv is not None and not cached:
                 raise self._conflict(name)
         raise self._conflict(name, "too many concurrent updates; please try again")
 
@@ -173,6 +190,11 @@ class Store:
                 "The provided continue parameter is too old to display a consistent list result. "
                 "You can start a new list without the continue parameter.") from e
         except EtcdError as e:
+            if "future revision" in e.message:  # kube's answer to a revision not reached yet (clients retry)
+                raise errors.ApiError(
+                    504, "Timeout", f"Too large resource version: {revision}",
+                    causes=[errors.Cause("ResourceVersionTooLarge", "Too large resource version")],
+                    retry_after=1) from e
             raise storage_error(e) from e
         entries = [e for kv in result.kvs if (e := decode_entry(self.layout, kv)) is not None]
         for entry in entries:
