@@ -217,7 +217,10 @@ async def serve(args: argparse.Namespace) -> None:
         from reconciler.manager import attach  # the embedded loop is optional; import it only when used
         attach(app, app[STATE], build_runtime(args, security.host), lease_duration=args.leader_elect_lease_duration,
                identity=args.identity, workers=args.concurrent_reconciles)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # Go's servers read up to 1 MiB of request line and headers; aiohttp's 8 KiB defaults would
+    # refuse long label selectors and bearer tokens with a plain-text 400 instead of a Status.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, max_line_size=1 << 20,
+                           max_field_size=64 << 10)
     await runner.setup()
     site = web.TCPSite(runner, args.bind_address, args.secure_port, ssl_context=serving, backlog=1024)
     await site.start()

@@ -305,7 +305,11 @@ def validate_object_meta(meta: Mapping[str, Any], namespaced: bool, name_rule: N
     Unlike kube (which generates the name before validating) an empty name is accepted
     when ``generateName`` is set, so this may run before or after name generation.
     """
-    causes: list[Cause] = []
+    causes: list[Cause] = [_type_invalid(f"{field}.{key}", meta[key], "must be a string")
+                           for key in ("name", "generateName", "namespace")
+                           if meta.get(key) is not None and not isinstance(meta[key], str)]
+    if causes:  # the rules below are about strings
+        return causes
     name = meta.get("name") or ""
     generate_name = meta.get("generateName") or ""
     if generate_name:

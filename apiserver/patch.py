@@ -14,7 +14,7 @@ import jsonpatch
 import jsonpointer
 import orjson
 
-from . import errors
+from . import errors, wire
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -43,6 +43,7 @@ def apply(content_type: str, current: dict[str, Any], body: bytes) -> dict[str, 
         document = orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise errors.bad_request(f"error decoding patch: {e}") from None
+    wire.check_nesting(document, "the patch")
     if media == MERGE_PATCH:
         if not isinstance(document, dict):
             raise errors.bad_request("error decoding patch: a merge patch must be a JSON object")
@@ -59,7 +60,7 @@ def _json_patch(current: dict[str, Any], document: Any) -> Any:
         raise errors.bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
     try:
         ops = jsonpatch.JsonPatch(document)
-    except (jsonpatch.InvalidJsonPatch, TypeError, KeyError, ValueError) as e:
+    except (jsonpatch.InvalidJsonPatch, jsonpointer.JsonPointerException, TypeError, KeyError, ValueError) as e:
         raise errors.bad_request(f"error decoding patch: {e}") from None
     try:
         return ops.apply(current, in_place=False)

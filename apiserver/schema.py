@@ -333,6 +333,8 @@ class Quantity(KubeField):
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise _wrong_type("number,string", value)
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:  # stored objects hold int64 numbers only
+            raise _invalid(value, "a quantity beyond 64 bits must be written as a string")
         return value
 
 
@@ -383,6 +385,7 @@ class Obj(KubeField, fields.Nested):
 
 class Array(KubeField, fields.List):
     def __init__(self, inner: fields.Field, description: str = "", **kwargs: Any) -> None:
+        inner.allow_none = False  # a null element of a list of X is not an X: 422
         super().__init__(inner, **self.options(description, kwargs))
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
@@ -396,6 +399,7 @@ class Map(KubeField, fields.Dict):
 
     def __init__(self, values: fields.Field, description: str = "", *, keys: fields.Field | None = None,
                  **kwargs: Any) -> None:
+        values.allow_none = False  # a null value in a map of strings (or quantities) is not one: 422
         super().__init__(keys=keys or Str(), values=values, **self.options(description, kwargs))
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:

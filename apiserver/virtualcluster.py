@@ -85,6 +85,8 @@ class VirtualClusterStrategy:
     def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
         causes = self.validate(new)
         new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        if not isinstance(new_spec, dict):  # validate() has said what is wrong with it
+            return causes
         for name in IMMUTABLE_SPEC_FIELDS:
             if new_spec.get(name) != old_spec.get(name):
                 causes.append(Cause(FIELD_VALUE_INVALID,
