@@ -19,10 +19,11 @@ from pathlib import Path
 
 import uvloop
 
-from . import config, report, suite
+from . import config, controlplane, promotion, report, suite
 from .workloads import log
 
 STEPS = ("get", "list", "kubectl", "update", "watch")
+PRODUCT_STEPS = ("controlplane", "promotion")  # the product's own work, against its floor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=report.DEFAULT_JSON, help="results file (default %(default)s)")
     p.add_argument("--docs", action=argparse.BooleanOptionalAction, default=None,
                    help="rewrite docs/benchmarks.md and docs/benchmarks.png (default: only at --scale >= 1)")
-    p.add_argument("--only", default="", help=f"comma-separated subset of {','.join(STEPS)} (create and memory "
+    p.add_argument("--only", default="", help=f"comma-separated subset of {','.join(STEPS + PRODUCT_STEPS)} (create and memory "
                    "always run: they build the population)")
     p.add_argument("--target", action="append", default=[], metavar="NAME=KUBECONFIG",
                    help="an extra target serving ours' objects, e.g. through the host aggregator")
@@ -41,6 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="add the target 'ours through a host aggregator' (python -m apiservice install --mode "
                    "local); env BENCH_VIA_AGGREGATOR")
     p.add_argument("--workdir", type=Path, help="keep data and logs here (default: a temporary directory, removed)")
+    p.add_argument("--controlplane-rounds", type=int, default=3, help="create -> Ready rounds (ours and floor)")
+    p.add_argument("--promotion-nodes", type=int, default=int(os.environ.get("BENCH_PROMOTION_NODES", "5000")),
+                   help="kwok nodes in the promotion benchmark's host")
+    p.add_argument("--promotion-wanted", type=int, default=int(os.environ.get("BENCH_PROMOTION_WANTED", "500")),
+                   help="nodes the promotion benchmark's VirtualCluster asks for")
     return p.parse_args(argv)
 
 
@@ -52,8 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="vc-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"bench: {scale.as_dict()} in {workdir}")
+    api_only = None if only is None else (only - set(PRODUCT_STEPS)) or {"none"}
     try:
-        results, meta = uvloop.run(suite.run(scale, workdir, extra, only, args.via_aggregator))
+        results, meta = uvloop.run(suite.run(scale, workdir, extra, api_only, args.via_aggregator))
+        product: dict[str, dict] = {}
+        if only is None or "controlplane" in only:
+            product["controlplane"] = uvloop.run(controlplane.run(workdir / "controlplane",
+                                                                  rounds=args.controlplane_rounds))
+        if only is None or "promotion" in only:
+            nodes = max(int(args.promotion_nodes * min(args.scale, 1.0)), 50)
+            wanted = max(int(args.promotion_wanted * min(args.scale, 1.0)), 5)
+            product["promotion"] = uvloop.run(promotion.run(workdir / "promotion", nodes, wanted))
     except BaseException:
         log(f"bench failed; logs kept in {workdir / 'log'}")
         raise
@@ -61,8 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     meta["machine"] = report.machine()
     document = report.to_document(results, meta)
+    document.update(product)
     report.write_json(args.json, document)
     print(report.render_text(document))
+    if "controlplane" in product:
+        print("\n" + controlplane.render(product["controlplane"]))
+    if "promotion" in product:
+        print("\n" + promotion.render(product["promotion"]))
     print(f"\nresults: {args.json}")
     if args.docs if args.docs is not None else args.scale >= 1.0 and only is None:
         report.write_docs(document)

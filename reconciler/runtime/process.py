@@ -296,7 +296,6 @@ class ProcessRuntime:
         for component in components:
             if self.alive(self.pid(base, component), base):
                 continue
-            all_alive = False
             health = self._health.setdefault((namespace, name, component), _Health())
             if self.pid(base, component):
                 health.last_error = self._last_error(base, component)
@@ -307,6 +306,9 @@ class ProcessRuntime:
                 pid = self.spawn(base, component, commands[component])
                 health.next_start = 0.0
                 log.info("started %s for %s/%s (pid %d)", component, namespace, name, pid)
+                all_alive = all_alive and not health.restarts  # a first start counts; a restart must prove itself
+            else:
+                all_alive = False
             if health.restarts:
                 problems.append(f"{component} exited {health.restarts} time(s), last: {health.last_error}")
         return all_alive
