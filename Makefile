@@ -57,3 +57,8 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 .PHONY: bench
 bench: env bins $(BENCH_STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
+
+# Faults survived, at length: tests/e2e/test_faults.py with more rounds and longer outages (VC_SOAK=1).
+.PHONY: soak
+soak: env bins
+	VC_SOAK=1 $(PY) -m pytest -p no:cacheprovider -q --durations=0 tests/e2e/test_faults.py

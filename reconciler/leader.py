@@ -2,7 +2,8 @@
 
 The leader key is written only if absent and is bound to a lease; the leader keeps
 the lease alive and steps down (cancelling its work) the moment a keepalive fails or
-the lease expires. Followers poll until the key disappears.
+the lease expires. Followers watch the key and try again the moment it is deleted (its
+lease expired or it was released), polling every retry period besides.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from apiserver.etcd import EtcdClient, EtcdError, compare_absent, compare_value, op_delete, op_put
+from apiserver.etcd import (
+    EtcdClient,
+    EtcdError,
+    EtcdUnavailable,
+    compare_absent,
+    compare_value,
+    op_delete,
+    op_put,
+)
 from apiserver.keys import LEADER_KEY_PREFIX
 
 log = logging.getLogger(__name__)
@@ -28,6 +37,7 @@ class LeaderElector:
         self.retry_period = retry_period
         self.is_leader = False
         self._lease = 0
+        self._held_at = 0  # the revision at which another replica was last seen holding the key
 
     async def run(self, lead: Callable[[], Awaitable[None]]) -> None:
         """Forever: become leader, run ``lead`` until leadership is lost, repeat."""
@@ -37,6 +47,9 @@ class LeaderElector:
                     log.info("%s became leader for %s", self.identity, self.key)
                     await self._lead(lead)
                     log.warning("%s lost leadership for %s", self.identity, self.key)
+                else:
+                    await self._await_vacancy()
+                    continue
             except EtcdError as e:
                 log.warning("leader election: %s", e)
             self.is_leader = False
@@ -47,12 +60,24 @@ class LeaderElector:
         result = await self.etcd.txn([compare_absent(self.key)],
                                      [op_put(self.key, self.identity.encode(), lease=lease)])
         if not result.succeeded:
+            self._held_at = result.revision
             with contextlib.suppress(EtcdError):
                 await self.etcd.lease_revoke(lease)
             return False
         self._lease = lease
         self.is_leader = True
         return True
+
+    async def _await_vacancy(self) -> None:
+        """Return when the leader key is deleted after it was seen held, or after a retry period."""
+        async def deleted() -> None:
+            async for resp in self.etcd.watch(self.key, start_revision=self._held_at + 1, prev_kv=False,
+                                              progress_notify=False):
+                if any(ev.type == "DELETE" for ev in resp.events):
+                    return
+            raise EtcdUnavailable("the watch of the leader key ended")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(deleted(), self.retry_period)
 
     async def _lead(self, lead: Callable[[], Awaitable[None]]) -> None:
         work = asyncio.create_task(lead(), name="leader-work")
