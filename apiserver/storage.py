@@ -74,16 +74,20 @@ class Store:
     def _conflict(self, name: str, detail: str = errors.CONFLICT_MODIFIED) -> errors.ApiError:
         return errors.conflict(self.info.resource, self.info.group, name, detail)
 
-    async def get(self, namespace: str, name: str) -> Obj:
+    async def _read(self, key: str, name: str) -> Entry:
+        """The current stored state from etcd (404 when absent)."""
         try:
-            kv = await self.etcd.get(self.layout.key(namespace, name))
+            kv = await self.etcd.get(key)
         except EtcdError as e:
             raise storage_error(e) from e
         if kv is None:
             raise self._not_found(name)
         entry = decode_entry(self.layout, kv)
         assert entry is not None
-        return entry.obj
+        return entry
+
+    async def get(self, namespace: str, name: str) -> Obj:
+        return (await self._read(self.layout.key(namespace, name), name)).obj
 
     async def create(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
@@ -112,14 +116,7 @@ class Store:
         for _ in range(MAX_CONFLICT_RETRIES):
             current, guess = guess, None
             if current is None or (expected_rv is not None and expected_rv != str(current.rv)):
-                try:
-                    kv = await self.etcd.get(key)
-                except EtcdError as e:
-                    raise storage_error(e) from e
-                if kv is None:
-                    raise self._not_found(name)
-                current = decode_entry(self.layout, kv)
-                assert current is not None
+                current = await self._read(key, name)
                 cached = False
             else:
                 cached = True
@@ -155,20 +152,13 @@ class Store:
         """Remove the key now; ``precondition`` may raise to refuse. Returns the last state."""
         key = self.layout.key(namespace, name)
         for _ in range(MAX_CONFLICT_RETRIES):
-            try:
-                kv = await self.etcd.get(key)
-            except EtcdError as e:
-                raise storage_error(e) from e
-            if kv is None:
-                raise self._not_found(name)
-            if expected_rv is not None and expected_rv != str(kv.mod_revision):
+            current = await self._read(key, name)
+            if expected_rv is not None and expected_rv != str(current.rv):
                 raise self._conflict(name)
-            current = decode_entry(self.layout, kv)
-            assert current is not None
             if precondition is not None:
                 precondition(current.obj)
             try:
-                result = await self.etcd.txn([compare_mod_revision(key, kv.mod_revision)], [op_delete(key)])
+                result = await self.etcd.txn([compare_mod_revision(key, current.rv)], [op_delete(key)])
             except EtcdError as e:
                 raise storage_error(e) from e
             if result.succeeded:

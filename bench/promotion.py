@@ -13,6 +13,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,25 +61,26 @@ async def get_vc(client: KubeClient, name: str) -> dict[str, Any]:
     raise TimeoutError(f"{name}: the server kept answering 503")
 
 
-async def wait_phase(client: KubeClient, name: str, phase: str, timeout: float) -> float:
+async def wait_until(client: KubeClient, name: str, done: Callable[[dict[str, Any]], bool], what: str,
+                     timeout: float) -> float:
+    """Seconds until the VirtualCluster satisfies ``done``."""
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
-        obj = await get_vc(client, name)
-        if (obj.get("status") or {}).get("phase") == phase:
+        if done(await get_vc(client, name)):
             return time.perf_counter() - started
-        await asyncio.sleep(0.5)
-    raise TimeoutError(f"{name} not {phase} after {timeout}s")
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"{name}: not {what} after {timeout}s")
+
+
+async def wait_phase(client: KubeClient, name: str, phase: str, timeout: float) -> float:
+    return await wait_until(client, name, lambda o: (o.get("status") or {}).get("phase") == phase, phase, timeout)
 
 
 async def wait_condition(client: KubeClient, name: str, type_: str, timeout: float) -> float:
-    started = time.perf_counter()
-    while time.perf_counter() - started < timeout:
-        obj = await get_vc(client, name)
-        if any(c.get("type") == type_ and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or []):
-            return time.perf_counter() - started
-        await asyncio.sleep(0.2)
-    raise TimeoutError(f"{name}: {type_} not True after {timeout}s")
+    def true(obj: dict[str, Any]) -> bool:
+        return any(c.get("type") == type_ and c.get("status") == "True"
+                   for c in (obj.get("status") or {}).get("conditions") or [])
+    return await wait_until(client, name, true, f"{type_}=True", timeout)
 
 
 async def floor(host: KubeClient, tenant: KubeClient, nodes: list[dict[str, Any]]) -> float:
