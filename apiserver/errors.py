@@ -115,12 +115,6 @@ def bad_request(message: str, causes: list[Cause] | None = None) -> ApiError:
     return ApiError(400, "BadRequest", message, causes=causes or [])
 
 
-def method_not_supported(resource: str, group: str, verb: str) -> ApiError:
-    return ApiError(405, "MethodNotAllowed",
-                    f"{verb} is not supported on resources of kind \"{_qualified(resource, group)}\"",
-                    group=group, kind=resource)
-
-
 def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
     return ApiError(415, "UnsupportedMediaType",
                     f'the body of the request was in an unknown format - accepted media types include: '
@@ -154,8 +148,11 @@ def service_unavailable(message: str, retry_after: int = 1) -> ApiError:
                     headers={"Retry-After": str(retry_after)})
 
 
-def timeout(message: str) -> ApiError:
-    return ApiError(504, "Timeout", message, retry_after=1)
+def too_large_resource_version(rv: int, current: int | None = None) -> ApiError:
+    """kube's 504 for a resourceVersion not reached yet; clients retry it."""
+    now = f", current: {current}" if current is not None else ""
+    return ApiError(504, "Timeout", f"Too large resource version: {rv}{now}",
+                    causes=[Cause("ResourceVersionTooLarge", "Too large resource version")], retry_after=1)
 
 
 def internal(message: str) -> ApiError:

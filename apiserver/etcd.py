@@ -161,13 +161,6 @@ def op_put(key: str | bytes, value: bytes, lease: int = 0, prev_kv: bool = False
     return {"request_put": req}
 
 
-def op_get(key: str | bytes, range_end: bytes | None = None) -> dict[str, Any]:
-    req: dict[str, Any] = {"key": _b64(key)}
-    if range_end is not None:
-        req["range_end"] = _b64(range_end)
-    return {"request_range": req}
-
-
 def op_delete(key: str | bytes, range_end: bytes | None = None, prev_kv: bool = False) -> dict[str, Any]:
     req: dict[str, Any] = {"key": _b64(key)}
     if range_end is not None:

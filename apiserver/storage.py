@@ -181,10 +181,7 @@ class Store:
                 "You can start a new list without the continue parameter.") from e
         except EtcdError as e:
             if "future revision" in e.message:  # kube's answer to a revision not reached yet (clients retry)
-                raise errors.ApiError(
-                    504, "Timeout", f"Too large resource version: {revision}",
-                    causes=[errors.Cause("ResourceVersionTooLarge", "Too large resource version")],
-                    retry_after=1) from e
+                raise errors.too_large_resource_version(revision) from e
             raise storage_error(e) from e
         entries = [e for kv in result.kvs if (e := decode_entry(self.layout, kv)) is not None]
         for entry in entries:

@@ -317,10 +317,7 @@ class WatchCache:
             except TimeoutError:
                 if self.rv >= rv:  # reached as time ran out (the loop was busy applying a batch)
                     return
-                raise errors.ApiError(
-                    504, "Timeout", f"Too large resource version: {rv}, current: {self.rv}",
-                    causes=[errors.Cause("ResourceVersionTooLarge", "Too large resource version")],
-                    retry_after=1) from None
+                raise errors.too_large_resource_version(rv, self.rv) from None
 
     async def wait_consistent(self) -> int:
         """Wait until the cache holds everything etcd has committed; returns that revision.
