@@ -91,6 +91,14 @@ def request_attributes(request: web.Request) -> Attributes:
                       subresource=match.get("subresource", ""), name=object_name)
 
 
+def attributes_of(request: web.Request) -> Attributes:
+    """The request's attributes, derived once and shared by authorization and metrics."""
+    attrs = request.get("attrs")
+    if attrs is None:
+        attrs = request["attrs"] = request_attributes(request)
+    return attrs
+
+
 # -- middlewares ---------------------------------------------------------------------------
 
 @web.middleware
@@ -127,7 +135,7 @@ def metrics_middleware(metrics: Metrics) -> Callable[..., Any]:
             resp = await handler(request)
         finally:
             metrics.inflight.labels(kind).dec()
-        attrs = request_attributes(request)
+        attrs = attributes_of(request)
         resource = attrs.resource if attrs.resource_request else ""
         if attrs.verb != "watch":
             metrics.latency.labels(attrs.verb.upper(), resource, attrs.subresource).observe(
@@ -170,7 +178,7 @@ def auth_middleware(state: ServerState) -> Callable[..., Any]:
         if user is None:
             raise errors.unauthorized()
         request["user"] = user
-        attrs = request_attributes(request)
+        attrs = attributes_of(request)
         allowed, reason = await state.authorizer.authorize(user, attrs)
         if not allowed:
             raise errors.ApiError(403, "Forbidden", forbidden_message(user, attrs, reason),
