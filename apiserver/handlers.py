@@ -261,12 +261,16 @@ class ResourceHandlers:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                try:
-                    ev = await asyncio.wait_for(watcher.queue.get(), min(remaining, WATCH_IDLE_CHECK))
-                except TimeoutError:
-                    if request.transport is None or request.transport.is_closing():
-                        break
-                    continue
+                if watcher.queue.empty():
+                    try:  # a timeout scope, not wait_for: no task per event on a busy stream
+                        async with asyncio.timeout(min(remaining, WATCH_IDLE_CHECK)):
+                            ev = await watcher.queue.get()
+                    except TimeoutError:
+                        if request.transport is None or request.transport.is_closing():
+                            break
+                        continue
+                else:
+                    ev = watcher.queue.get_nowait()
                 if ev is None:
                     break
                 parts = [encoder.encode(ev)]
@@ -276,7 +280,8 @@ class ResourceHandlers:
                         break
                     parts.append(encoder.encode(nxt))
                 try:
-                    await asyncio.wait_for(resp.write(b"".join(parts)), WATCH_WRITE_TIMEOUT)
+                    async with asyncio.timeout(WATCH_WRITE_TIMEOUT):
+                        await resp.write(b"".join(parts))
                 except TimeoutError:
                     log.info("closing a watch whose client stopped reading")
                     break

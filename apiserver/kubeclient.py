@@ -160,7 +160,7 @@ class KubeClient:
                 raw = await resp.read()
                 status = resp.status
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise HostUnavailable(f"{method} {path}: {type(e).__name__}: {e}") from e
+            raise HostUnavailable(f"{self.server}: {method} {path}: {type(e).__name__}: {e}") from e
         try:
             decoded = orjson.loads(raw) if raw else {}
         except orjson.JSONDecodeError:
@@ -198,4 +198,4 @@ class KubeClient:
                         if line.strip():
                             yield orjson.loads(line)
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise HostUnavailable(f"watch {path}: {type(e).__name__}: {e}") from e
+            raise HostUnavailable(f"{self.server}: watch {path}: {type(e).__name__}: {e}") from e

@@ -151,6 +151,7 @@ class WatchCache:
         self._history: deque[Event] = deque()
         self._history_start = 0  # every event with rv > this is in history
         self._watchers: set[Watcher] = set()
+        self._scoped: dict[str | None, set[Watcher]] = {}  # the same watchers by namespace (None: all)
         self._advanced = asyncio.Condition()
         self._ready = asyncio.Event()
         self._connected = False
@@ -171,7 +172,7 @@ class WatchCache:
                     await task
         for watcher in list(self._watchers):
             watcher.close("the server is shutting down")
-        self._watchers.clear()
+        self._forget_watchers()
 
     @property
     def ready(self) -> bool:
@@ -244,7 +245,7 @@ class WatchCache:
         if had_state:
             for watcher in list(self._watchers):
                 watcher.close("the watch cache was re-initialized")
-            self._watchers.clear()
+            self._forget_watchers()
         await self._advance(result.revision)
         self._connected = True
         self._ready.set()
@@ -291,10 +292,14 @@ class WatchCache:
         while len(self._history) > self.history_size:
             dropped = self._history.popleft()
             self._history_start = dropped.rv
-        for watcher in list(self._watchers):
-            watcher.offer(event)
-            if watcher.closed_reason:
-                self._watchers.discard(watcher)
+        entry = event.entry or event.prev
+        namespace = entry.namespace if entry is not None else None
+        # Only the watchers that can see this object: its namespace's and the cluster-wide ones.
+        for scope in (namespace, None) if namespace is not None else (None,):
+            for watcher in list(self._scoped.get(scope, ())):
+                watcher.offer(event)
+                if watcher.closed_reason:
+                    self._drop_watcher(watcher)
 
     async def _bookmarks(self) -> None:
         while True:
@@ -382,10 +387,23 @@ class WatchCache:
         watcher = Watcher(namespace, predicate, bookmarks, self.watcher_capacity)
         watcher.next_bookmark = time.monotonic() + self.bookmark_interval
         self._watchers.add(watcher)
+        self._scoped.setdefault(namespace, set()).add(watcher)
         return watcher
 
-    def stop_watching(self, watcher: Watcher) -> None:
+    def _drop_watcher(self, watcher: Watcher) -> None:
         self._watchers.discard(watcher)
+        scoped = self._scoped.get(watcher.namespace)
+        if scoped is not None:
+            scoped.discard(watcher)
+            if not scoped:
+                del self._scoped[watcher.namespace]
+
+    def _forget_watchers(self) -> None:
+        self._watchers.clear()
+        self._scoped.clear()
+
+    def stop_watching(self, watcher: Watcher) -> None:
+        self._drop_watcher(watcher)
         watcher.closed_reason = watcher.closed_reason or "stopped"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from apiserver import errors
 from apiserver.events import EventRecorder
+from apiserver.kubeclient import HostError, HostUnavailable
 from apiserver.registry import Registry
 from apiserver.resource import FINALIZER
 from apiserver.secrets import PKI_KIND, SecretStore
@@ -45,6 +46,14 @@ class Requeue(Exception):
     """Not an error: look again after ``after`` seconds."""
 
     after: float
+
+
+class Backoff(Exception):
+    """Something outside the server (the host, a tenant apiserver) did not answer; the status already
+    says so, and the work queue retries with exponential back-off."""
+
+
+UNREACHABLE_REASON = "HostUnreachable"
 
 
 def service_ip(cidr: str = SERVICE_CIDR) -> str:
@@ -130,10 +139,10 @@ class ControlPlaneController:
         writer.condition("ControlPlaneReady", True, state.reason, state.message)
         wants_nodes = requests_nodes(obj.get("spec") or {})
         if self.nodes is not None and wants_nodes:
-            await self._promote(obj, writer, pki, state.endpoint, self.nodes)
+            await self._promote_or_back_off(obj, writer, pki, state.endpoint, self.nodes)
         elif not wants_nodes:
             if self.nodes is not None and (obj.get("status") or {}).get("nodes"):
-                await self._promote(obj, writer, pki, state.endpoint, self.nodes)  # scaled to zero: release
+                await self._promote_or_back_off(obj, writer, pki, state.endpoint, self.nodes)  # scaled to zero
             writer.set(nodes=[])
             writer.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
             writer.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")
@@ -150,6 +159,24 @@ class ControlPlaneController:
         if writer.status.get("phase") == "Completed":
             raise Requeue(HEALTH_CHECK)  # a ready control plane is still watched: crashed components come back
         raise Requeue(NODE_POLL)  # nodes are still joining, draining or awaited
+
+    async def _promote_or_back_off(self, obj: Obj, writer: StatusWriter, pki: TenantPki, endpoint: str,
+                                   nodes: NodePromoter) -> None:
+        try:
+            await self._promote(obj, writer, pki, endpoint, nodes)
+        except (HostUnavailable, HostError) as e:
+            if isinstance(e, HostError) and e.code < 500 and e.code != 429:
+                raise
+            await self._unreachable(obj, writer, "NodesReady", e)
+
+    async def _unreachable(self, obj: Obj, writer: StatusWriter, condition: str, e: Exception) -> None:
+        """Say in the status that the host (or the tenant) is not answering, then back off."""
+        message = f"waiting for the host or tenant apiserver to answer: {e}"
+        writer.condition(condition, False, UNREACHABLE_REASON, message)
+        writer.condition("Ready", False, UNREACHABLE_REASON, message)
+        writer.phase((obj.get("status") or {}).get("phase") or "Pending", UNREACHABLE_REASON, message)
+        await self._write_and_report(obj, writer, "Warning", UNREACHABLE_REASON, message)
+        raise Backoff(message) from None
 
     async def _promote(self, obj: Obj, writer: StatusWriter, pki: TenantPki, endpoint: str,
                        nodes: NodePromoter) -> None:
@@ -222,7 +249,12 @@ class ControlPlaneController:
             obj = await writer.write()
             await self.events.record(obj, "Normal", "Deleting", "removing the control plane")
         if self.nodes is not None:
-            await self._release_nodes(obj, self.nodes)
+            try:
+                await self._release_nodes(obj, self.nodes)
+            except (HostUnavailable, HostError) as e:
+                if isinstance(e, HostError) and e.code < 500 and e.code != 429:
+                    raise
+                await self._unreachable(obj, StatusWriter(self.registry, obj), "NodesReady", e)
         if self.runtime is not None:
             await self.runtime.teardown(meta["namespace"], meta["name"])
         if self.secrets is not None:

@@ -14,27 +14,33 @@ from apiserver import errors
 from apiserver.app import ServerState
 from apiserver.kubeclient import HostError, HostUnavailable
 
-from .controlplane import ControlPlaneController, Requeue
+from .controlplane import Backoff, ControlPlaneController, Requeue
 from .informer import Informer, split_key
 from .kwokjoiner import KwokJoiner
 from .leader import LeaderElector
-from .nodes import NodePromoter
+from .nodes import NodeJoiner, NodePromoter
 from .runtime.base import ControlPlaneRuntime
 from .runtime.process import ProcessRuntime
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
+JANITOR_PERIOD = 30.0  # seconds between sweeps for leftovers of VirtualClusters that are gone
+MAX_BACKOFF = 10.0  # seconds: the longest a failing reconcile waits, so an outage ends in at most this much more
+
 
 class Manager:
     def __init__(self, state: ServerState, identity: str, lease_duration: int, runtime: ControlPlaneRuntime | None,
-                 workers: int = 4, resync_period: float = 60.0) -> None:
+                 workers: int = 4, resync_period: float = 60.0, joiner: NodeJoiner | None = None) -> None:
         self.state = state
         self.workers = workers
         self.resync_period = resync_period
+        self.runtime = runtime
         self.nodes = None
-        if state.host is not None and isinstance(runtime, ProcessRuntime):
-            self.nodes = NodePromoter(state.host, KwokJoiner(runtime), state.events)
+        if joiner is None and isinstance(runtime, ProcessRuntime):
+            joiner = KwokJoiner(runtime)  # the playground's and the tests' default
+        if state.host is not None and joiner is not None:
+            self.nodes = NodePromoter(state.host, joiner, state.events)
         self.controller = ControlPlaneController(state.registry, runtime, state.secrets, state.events, self.nodes)
         self.elector = LeaderElector(state.etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
@@ -51,11 +57,10 @@ class Manager:
 
     async def _lead(self) -> None:
         """Run while leader; cancelled the moment leadership is lost."""
-        queue = WorkQueue()
+        queue = WorkQueue(max_delay=MAX_BACKOFF)
         informer = Informer(self.state.store.cache, queue.add, self.resync_period)
         tasks = [asyncio.create_task(informer.run(), name="informer")]
-        if self.nodes is not None:
-            tasks.append(asyncio.create_task(self._orphans(self.nodes), name="orphan-nodes"))
+        tasks.append(asyncio.create_task(self._janitor(), name="janitor"))
         tasks += [asyncio.create_task(self._worker(queue), name=f"worker-{i}") for i in range(self.workers)]
         try:
             await asyncio.gather(*tasks)
@@ -65,25 +70,37 @@ class Manager:
             await asyncio.gather(*tasks, return_exceptions=True)
             await queue.shutdown()
 
-    async def _orphans(self, nodes: NodePromoter) -> None:
-        """Claims left by a VirtualCluster that no longer exists go back to the host."""
-        async def exists(namespace: str, name: str) -> bool:
-            try:
-                await self.state.registry.get(namespace, name)
-                return True
-            except errors.ApiError as e:
-                if e.code == 404:
-                    return False
-                raise
+    async def _exists(self, namespace: str, name: str) -> bool:
+        try:
+            await self.state.registry.get(namespace, name)
+            return True
+        except errors.ApiError as e:
+            if e.code == 404:
+                return False
+            raise
 
+    async def _janitor(self) -> None:
+        """What a VirtualCluster that no longer exists left behind goes away: its node claims go back
+        to the host and its control plane is torn down. Normally the finalizer does both; this
+        covers a finalizer stripped by hand or a crash between teardown steps."""
         while True:
-            try:
-                returned = await nodes.release_orphans(exists)
-                if returned:
-                    log.warning("returned orphaned node claims to the host: %s", ", ".join(returned))
-            except (errors.ApiError, HostError, HostUnavailable) as e:
-                log.warning("orphan node check failed: %s", e)
-            await asyncio.sleep(30)
+            if self.nodes is not None:
+                try:
+                    returned = await self.nodes.release_orphans(self._exists)
+                    if returned:
+                        log.warning("returned orphaned node claims to the host: %s", ", ".join(returned))
+                except (errors.ApiError, HostError, HostUnavailable) as e:
+                    log.warning("orphan node check failed: %s", e)
+            if self.runtime is not None:
+                try:
+                    for namespace, name in await self.runtime.owned():
+                        if not await self._exists(namespace, name):
+                            log.warning("tearing down the control plane of %s/%s: its VirtualCluster is gone",
+                                        namespace, name)
+                            await self.runtime.teardown(namespace, name)
+                except (errors.ApiError, HostError, HostUnavailable) as e:
+                    log.warning("orphan control plane check failed: %s", e)
+            await asyncio.sleep(JANITOR_PERIOD)
 
     async def _worker(self, queue: WorkQueue) -> None:
         while (key := await queue.get()) is not None:
@@ -93,6 +110,9 @@ class Manager:
             except Requeue as again:
                 queue.forget(key)
                 queue.add_after(key, again.after)
+            except (Backoff, HostUnavailable, HostError) as e:
+                delay = queue.add_rate_limited(key)
+                log.warning("reconcile %s: %s; retrying in %.2fs", key, e, delay)
             except errors.ApiError as e:
                 delay = queue.add_rate_limited(key)
                 level = logging.DEBUG if e.code == 409 else logging.WARNING
@@ -105,8 +125,9 @@ class Manager:
 
 
 def attach(app: web.Application, state: ServerState, runtime: ControlPlaneRuntime | None, lease_duration: int = 15,
-           identity: str = "", workers: int = 4) -> Manager:
-    manager = Manager(state, identity or f"{socket.gethostname()}:{os.getpid()}", lease_duration, runtime, workers)
+           identity: str = "", workers: int = 4, joiner: NodeJoiner | None = None) -> Manager:
+    manager = Manager(state, identity or f"{socket.gethostname()}:{os.getpid()}", lease_duration, runtime, workers,
+                      joiner=joiner)
 
     async def on_startup(_: web.Application) -> None:
         await manager.start()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import json
 import threading
 import time
@@ -12,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from certs import pki
+from certs.tenant import TenantPki
 from hack.harness import Stack, StackPorts, fake_node
 from reconciler.selection import CLAIM_LABEL
 from tests.conftest import EXAMPLES, Kubectl, vc
@@ -226,3 +230,78 @@ def test_killed_vc_apiserver_leaves_every_node_in_one_tenant_or_back_home(stack:
     host.run("wait", "vc/grow", "-n", ns, "--for=delete", "--timeout=120s", timeout=150)
     assert not any(claims(host).values())
     assert_returned(host, list(claims(host)))
+
+
+def pem_bodies(directory: Path) -> dict[str, str]:
+    """A distinctive line from the body of every private key under ``directory``."""
+    found = {}
+    for path in directory.rglob("*.key"):
+        lines = path.read_text().splitlines()
+        found[str(path)] = lines[len(lines) // 2]
+    return found
+
+
+def test_no_response_log_line_or_event_carries_key_material_or_a_bearer_token(
+        stack: Stack, host: Kubectl, tmp_path: Path) -> None:
+    ns = host.ensure_namespace("hygiene")
+    host.run("create", "serviceaccount", "robot", "-n", ns)
+    host.run("create", "rolebinding", "robot-admin", "--clusterrole=admin", f"--serviceaccount={ns}:robot", "-n", ns)
+    token = host.run("create", "token", "robot", "-n", ns).stdout.strip()
+    config = pki.kubeconfig(stack.host.url, stack.host.pki.path("ca.crt").read_bytes(), "robot", token=token)
+    (tmp_path / "robot.kubeconfig").write_text(json.dumps(config))
+    robot = Kubectl(tmp_path / "robot.kubeconfig")
+    robot.run("create", "-f", "-", input=json.dumps(vc("keys", ns, policy(1))))
+    wait_phase(host, ns, "keys", "Completed")
+
+    def said(*args: str) -> str:
+        out = robot.run(*args, check=False)
+        return out.stdout + out.stderr
+
+    answers = [said("get", "vc", "keys", "-n", ns, "-o", "json"),
+               said("get", "vc", "-A", "-o", "json"),  # forbidden: a Status
+               said("get", "vc", "-n", ns, "-o", "wide"),
+               said("get", "vc", "-n", ns, "--watch", "--request-timeout=2s", "-o", "json"),
+               said("describe", "vc", "keys", "-n", ns),
+               said("get", "--raw", f"{GV}/namespaces/{ns}/virtualclusters/keys/status")]
+    assert '"kind": "VirtualCluster"' in answers[0] and "Forbidden" in answers[1]
+    kubeconfig = robot.run("get", "--raw", f"{GV}/namespaces/{ns}/virtualclusters/keys/kubeconfig").stdout
+    events = host.run("get", "events", "-A", "-o", "json").stdout
+    log = (stack.root / "log" / "vc-apiserver.log").read_text()
+
+    secrets = pem_bodies(stack.root / "tenants") | pem_bodies(stack.root / "serving")
+    assert len(secrets) > 10  # the tenant CAs, service-account key, component keys, serving key
+    secrets["encryption key"] = (stack.root / "encryption.key").read_text().strip()
+    secrets["bearer token"] = token
+    for where, text in [*(("response", a) for a in answers), ("events", events), ("log", log)]:
+        assert "PRIVATE KEY" not in text, where
+        leaked = [name for name, body in secrets.items() if body in text]
+        assert leaked == [], f"{where} carries {leaked}"
+    # The kubeconfig hands the caller a key of its own, and nothing of the cluster's.
+    user = json.loads(kubeconfig)["users"][0]["user"]
+    minted = base64.b64decode(user["client-key-data"]).decode()
+    assert "PRIVATE KEY" in minted
+    decoded = kubeconfig + base64.b64decode(json.loads(kubeconfig)["clusters"][0]["cluster"]
+                                            ["certificate-authority-data"]).decode()
+    assert [name for name, body in secrets.items() if body in decoded] == []
+    host.run("delete", "vc", "keys", "-n", ns, "--wait", timeout=120)
+
+
+def test_an_expired_tenant_credential_is_refused(stack: Stack, host: Kubectl, tmp_path: Path) -> None:
+    ns = host.ensure_namespace("expiry")
+    host.run("create", "-f", "-", input=json.dumps(vc("short", ns)))
+    wait_phase(host, ns, "short", "Completed")
+    issued = json.loads(host.run("get", "--raw", f"{GV}/namespaces/{ns}/virtualclusters/short/kubeconfig").stdout)
+    files = {p.name: p.read_bytes() for p in (stack.root / "tenants" / ns / "short" / "pki").iterdir()}
+    # The same signer the kubeconfig subresource uses, with a lifetime short enough to outlive here.
+    pair = TenantPki(files).mint_client("admin", ("kosmos:tenant-admins",),
+                                        dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3))
+    user = issued["users"][0]["user"]
+    user["client-certificate-data"] = base64.b64encode(pair.cert_pem).decode()
+    user["client-key-data"] = base64.b64encode(pair.key_pem).decode()
+    path = tmp_path / "short.kubeconfig"
+    path.write_text(json.dumps(issued))
+    assert Kubectl(path).run("get", "ns", "default", "-o", "name").stdout.strip() == "namespace/default"
+    time.sleep(4)
+    refused = Kubectl(path).run("get", "ns", "default", check=False)
+    assert refused.returncode != 0 and "You must be logged in to the server" in refused.stderr
+    host.run("delete", "vc", "short", "-n", ns, "--wait", timeout=120)
