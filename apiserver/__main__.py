@@ -40,6 +40,7 @@ from .metrics import Metrics
 from .secrets import SecretStore, load_key_file
 
 if TYPE_CHECKING:
+    from reconciler.nodes import NodeJoiner
     from reconciler.runtime.base import ControlPlaneRuntime
 
 log = logging.getLogger("vc-apiserver")
@@ -85,6 +86,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runtime-bin-dir", default=".local/bin",
                    help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler are")
     p.add_argument("--tenant-port-range", default="40000-49999", help="process runtime: ports for tenant components")
+    p.add_argument("--node-joiner", default="kwok", choices=["kwok", "agent"],
+                   help="how promoted nodes join a tenant: kwok = simulated nodes beside the process runtime "
+                        "(playground, tests); agent = each host node's kubelet, re-pointed by the node agent "
+                        "(apiservice/deploy/agent)")
+    p.add_argument("--node-agent-port", type=int, default=10350, help="agent joiner: the node agents' port")
+    p.add_argument("--node-agent-ca-file", help="agent joiner: CA of the node agents' serving certificates")
+    p.add_argument("--node-agent-client-cert-file",
+                   help="agent joiner: client certificate for the node agents (CN kosmos:node-agent-client)")
+    p.add_argument("--node-agent-client-key-file", help="agent joiner: its key")
     p.add_argument("--concurrent-reconciles", type=int, default=4, help="VirtualClusters reconciled at once")
     p.add_argument("--encryption-key-file",
                    help="AES key (base64, 16/24/32 bytes) encrypting tenant private keys in etcd; required by a "
@@ -200,6 +210,21 @@ def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> C
                           (int(low), int(high)))
 
 
+def build_joiner(args: argparse.Namespace, state: ServerState) -> NodeJoiner | None:
+    """The agent joiner when asked for; None leaves the default (kwok beside the process runtime)."""
+    if args.node_joiner != "agent":
+        return None
+    from reconciler.agentjoiner import AgentAccess, AgentJoiner
+
+    files = (args.node_agent_ca_file, args.node_agent_client_cert_file, args.node_agent_client_key_file)
+    if not all(files):
+        raise SystemExit("--node-joiner=agent needs --node-agent-ca-file, --node-agent-client-cert-file and "
+                         "--node-agent-client-key-file")
+    if state.host is None or state.secrets is None:
+        raise SystemExit("--node-joiner=agent needs a host cluster and a control-plane runtime")
+    return AgentJoiner(state.host, state.secrets, AgentAccess.from_files(*files, port=args.node_agent_port))
+
+
 async def serve(args: argparse.Namespace) -> None:
     serving = serving_context(args)
     security = build_security(args, serving)
@@ -216,7 +241,7 @@ async def serve(args: argparse.Namespace) -> None:
     if args.enable_reconciler == "true":
         from reconciler.manager import attach  # the embedded loop is optional; import it only when used
         attach(app, app[STATE], build_runtime(args, security.host), lease_duration=args.leader_elect_lease_duration,
-               identity=args.identity, workers=args.concurrent_reconciles)
+               identity=args.identity, workers=args.concurrent_reconciles, joiner=build_joiner(args, app[STATE]))
     # Go's servers read up to 1 MiB of request line and headers; aiohttp's 8 KiB defaults would
     # refuse long label selectors and bearer tokens with a plain-text 400 instead of a Status.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, max_line_size=1 << 20,

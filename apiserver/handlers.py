@@ -121,7 +121,7 @@ class ResourceHandlers:
         if watch:
             return await self.watch(request, namespace, opts, target)
         entries, meta = await self.registry.list(namespace, opts)
-        if target.media == wire.JSON and not target.as_kind:
+        if target.is_plain_json:
             return self._fast_list(entries, meta)
         return self._render_list([e.obj for e in entries], meta, target, query)
 
@@ -148,9 +148,11 @@ class ResourceHandlers:
     async def get(self, request: web.Request) -> web.Response:
         target = wire.negotiate(request.headers.get("Accept"))
         query = request.rel_url.query
-        obj = await self.registry.get(request.match_info["namespace"], request.match_info["name"],
-                                      query.get("resourceVersion", ""))
-        return self._render_object(obj, target, query)
+        entry = await self.registry.get_entry(request.match_info["namespace"], request.match_info["name"],
+                                              query.get("resourceVersion", ""))
+        if target.is_plain_json:
+            return web.Response(body=entry.json(), content_type=wire.JSON)  # encoded once, served many times
+        return self._render_object(entry.obj, target, query)
 
     async def update(self, request: web.Request) -> web.Response:
         target = wire.negotiate(request.headers.get("Accept"), allow_as=False)

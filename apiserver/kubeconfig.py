@@ -15,13 +15,13 @@ from typing import Any
 from aiohttp import web
 
 from certs import pki
-from certs.tenant import TENANT_ADMINS, TenantPki
+from certs.tenant import TENANT_ADMINS
 
 from . import errors, wire
 from .auth import UserInfo
 from .events import EventRecorder
 from .registry import Registry
-from .secrets import PKI_KIND, SecretStore
+from .secrets import SecretStore, load_pki
 
 DEFAULT_EXPIRATION = 86400
 MIN_EXPIRATION = 600
@@ -70,10 +70,9 @@ class KubeconfigIssuer:
             raise self._not_ready(name, phase, "no control-plane runtime is configured")
         if not _ready(obj):
             raise self._not_ready(name, phase)
-        stored = await self.secrets.get(PKI_KIND, namespace, name)
-        if stored is None or stored.get("uid", b"").decode() != obj["metadata"].get("uid"):
+        tenant = await load_pki(self.secrets, obj)
+        if tenant is None:
             raise self._not_ready(name, phase, "its credentials are being prepared")
-        tenant = TenantPki({k: v for k, v in stored.items() if k != "uid"})
         user: UserInfo = request["user"]
         not_after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
         credential = await asyncio.to_thread(tenant.mint_client, user.name, (TENANT_ADMINS,), not_after)

@@ -300,12 +300,29 @@ class Registry:
     # -- reads -----------------------------------------------------------------------
 
     async def get(self, namespace: str, name: str, resource_version: str = "") -> Obj:
-        if resource_version == "0":
-            entry = self.store.cache.get(namespace, name)
-            if entry is None:
-                raise errors.not_found(self.info.resource, self.info.group, name)
-            return entry.obj
-        return await self.store.get(namespace, name)
+        return (await self.get_entry(namespace, name, resource_version)).obj
+
+    async def get_entry(self, namespace: str, name: str, resource_version: str = "") -> Entry:
+        """One object: ``resourceVersion=0`` any cached state, otherwise the current one.
+
+        The current state comes from the watch cache once it has caught up with etcd's revision
+        read after the request arrived (linearizable, as a quorum read of etcd is); from etcd
+        when the cache cannot catch up in time.
+        """
+        cache = self.store.cache
+        if resource_version != "0":
+            if not cache.ready:
+                return await self.store.read(namespace, name)
+            try:
+                await cache.wait_consistent()
+            except errors.ApiError as e:
+                if e.code != 504:
+                    raise
+                return await self.store.read(namespace, name)
+        entry = cache.get(namespace, name)
+        if entry is None:
+            raise errors.not_found(self.info.resource, self.info.group, name)
+        return entry
 
     async def list(self, namespace: str | None, opts: ListOptions) -> tuple[list[Entry], dict[str, Any]]:
         """Objects and list metadata (resourceVersion, continue, remainingItemCount)."""

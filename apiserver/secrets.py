@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import orjson
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from certs.tenant import TenantPki
 
 from .etcd import EtcdClient
 from .keys import secret_key
@@ -65,3 +69,12 @@ class SecretStore:
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         await self.etcd.delete_range(secret_key(kind, namespace, name))
+
+
+async def load_pki(secrets: SecretStore, obj: Mapping[str, Any]) -> TenantPki | None:
+    """A VirtualCluster's tenant PKI, if it was made for this very object (a recreated one has a new uid)."""
+    meta = obj["metadata"]
+    stored = await secrets.get(PKI_KIND, meta["namespace"], meta["name"])
+    if stored is None or stored.get("uid", b"").decode() != meta.get("uid"):
+        return None
+    return TenantPki({k: v for k, v in stored.items() if k != "uid"})

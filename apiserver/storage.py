@@ -86,8 +86,12 @@ class Store:
         assert entry is not None
         return entry
 
+    async def read(self, namespace: str, name: str) -> Entry:
+        """The current state from etcd itself."""
+        return await self._read(self.layout.key(namespace, name), name)
+
     async def get(self, namespace: str, name: str) -> Obj:
-        return (await self._read(self.layout.key(namespace, name), name)).obj
+        return (await self.read(namespace, name)).obj
 
     async def create(self, obj: Obj) -> Obj:
         meta = obj["metadata"]

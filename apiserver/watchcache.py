@@ -153,6 +153,8 @@ class WatchCache:
         self._watchers: set[Watcher] = set()
         self._scoped: dict[str | None, set[Watcher]] = {}  # the same watchers by namespace (None: all)
         self._advanced = asyncio.Condition()
+        self._next_revision: asyncio.Future[int] | None = None  # the revision read that callers wait for
+        self._reading_revision = False
         self._ready = asyncio.Event()
         self._connected = False
         self._task: asyncio.Task[None] | None = None
@@ -333,11 +335,39 @@ class WatchCache:
         from .storage import storage_error  # storage builds on this module
 
         try:
-            current = (await self.etcd.range(self.layout.prefix, limit=1, keys_only=True)).revision
+            current = await self.current_revision()
         except EtcdError as e:
             raise storage_error(e) from e
         await self.wait_fresh(current)
         return current
+
+    async def current_revision(self) -> int:
+        """etcd's current revision, as read by a request sent after this call began.
+
+        Concurrent callers share one read: whoever arrives while a read is in flight waits for
+        the next one (the one in flight may predate a write this caller already saw acknowledged),
+        so under load a burst of consistent reads costs etcd one tiny range per round trip.
+        """
+        if self._next_revision is None:
+            self._next_revision = asyncio.get_running_loop().create_future()
+            if not self._reading_revision:
+                self._reading_revision = True
+                asyncio.get_running_loop().create_task(self._read_revisions())
+        return await asyncio.shield(self._next_revision)
+
+    async def _read_revisions(self) -> None:
+        try:
+            while (batch := self._next_revision) is not None:
+                self._next_revision = None
+                try:
+                    result = await self.etcd.range(self.layout.prefix, limit=1, keys_only=True)
+                except Exception as e:  # handed to every waiter of this batch
+                    batch.set_exception(e)
+                    batch.exception()  # retrieved here too: nobody may be left waiting
+                else:
+                    batch.set_result(result.revision)
+        finally:
+            self._reading_revision = False
 
     def sorted_entries(self, namespace: str | None = None, after_key: str | None = None) -> Iterable[Entry]:
         """Entries in key order, optionally within one namespace and strictly after a key."""

@@ -44,6 +44,11 @@ class Target:
     def is_metadata(self) -> bool:
         return self.as_kind in (AS_META, AS_META_LIST)
 
+    @property
+    def is_plain_json(self) -> bool:
+        """The object itself as JSON: what cached encodings can answer."""
+        return self.media == JSON and not self.as_kind
+
 
 def _media_ranges(accept: str) -> list[tuple[str, dict[str, str]]]:
     out = []
