@@ -16,7 +16,7 @@ import posixpath
 import re
 import secrets
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -330,9 +330,11 @@ class Registry:
         predicate = opts.predicate()
         if opts.continue_token:
             rv, start = decode_continue(opts.continue_token)
+            after = self.store.layout.namespace_prefix(namespace) + start.rstrip("\0")
+            if cache.ready and rv <= cache.rv and (snapshot := cache.entries_at(rv, namespace, after)) is not None:
+                return self._page(snapshot, rv, namespace, opts, predicate)
             try:
-                return await self._list_from_etcd(namespace, opts, predicate, rv,
-                                                  self.store.layout.namespace_prefix(namespace) + start.rstrip("\0"))
+                return await self._list_from_etcd(namespace, opts, predicate, rv, after)
             except errors.ApiError as e:
                 if e.reason != "Timeout":
                     raise
@@ -354,12 +356,16 @@ class Registry:
             await cache.wait_fresh(parse_rv(opts.resource_version))
         elif not cache.ready:
             raise errors.service_unavailable("the watch cache is initializing")
-        rv = cache.rv
+        return self._page(cache.sorted_entries(namespace), cache.rv, namespace, opts, predicate)
+
+    def _page(self, entries: Iterable[Entry], rv: int, namespace: str | None, opts: ListOptions,
+              predicate: Callable[[Entry], bool]) -> tuple[list[Entry], dict[str, Any]]:
+        """Up to ``limit`` matching entries of a snapshot at ``rv``, with what a next page needs."""
         items: list[Entry] = []
         remaining = 0
         last_key = ""
         more = False
-        for entry in cache.sorted_entries(namespace):
+        for entry in entries:
             if not predicate(entry):
                 continue
             if opts.limit and len(items) >= opts.limit:

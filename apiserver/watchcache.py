@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -387,6 +387,28 @@ class WatchCache:
             if entry is not None:
                 yield entry
 
+    def entries_at(self, rv: int, namespace: str | None, after_key: str) -> Iterator[Entry] | None:
+        """Entries in key order strictly after ``after_key`` as they were at revision ``rv``, for the
+        next page of a paginated list; None when the history no longer reaches back to ``rv``.
+
+        The state at ``rv`` is today's with every later change undone: each key changed since
+        takes the state before its oldest change after ``rv`` (absent if that change created it).
+        """
+        if rv > self.rv or rv < self._history_start:
+            return None
+        before: dict[str, Entry | None] = {}
+        for event in reversed(self._history):
+            if event.rv <= rv:
+                break
+            if event.entry is not None:
+                before[event.entry.key] = event.prev
+        current = self.sorted_entries(namespace, after_key)
+        if not before:
+            return iter(current)
+        prefix = self.layout.namespace_prefix(namespace)
+        changed = sorted(k for k in before if k.startswith(prefix) and k > after_key)
+        return _undo(current, changed, before)
+
     def get(self, namespace: str, name: str) -> Entry | None:
         return self._items.get(self.layout.key(namespace, name))
 
@@ -435,6 +457,27 @@ class WatchCache:
     def stop_watching(self, watcher: Watcher) -> None:
         self._drop_watcher(watcher)
         watcher.closed_reason = watcher.closed_reason or "stopped"
+
+
+def _undo(current: Iterable[Entry], changed: list[str], before: dict[str, Entry | None]) -> Iterator[Entry]:
+    """Merge today's entries (key order) with the earlier states of the ``changed`` keys (sorted)."""
+    pending = iter(changed)
+    nxt = next(pending, None)
+    for entry in current:
+        while nxt is not None and nxt < entry.key:  # there then, gone now
+            if (earlier := before[nxt]) is not None:
+                yield earlier
+            nxt = next(pending, None)
+        if nxt == entry.key:  # changed since (or created since: then absent)
+            if (earlier := before[nxt]) is not None:
+                yield earlier
+            nxt = next(pending, None)
+        else:
+            yield entry
+    while nxt is not None:
+        if (earlier := before[nxt]) is not None:
+            yield earlier
+        nxt = next(pending, None)
 
 
 def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:

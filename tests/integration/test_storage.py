@@ -181,3 +181,40 @@ async def test_etcd_outage_is_a_quick_503_and_the_cache_recovers(store: Store, o
     created = await store.create(obj("after-outage", ns="outage"))
     await asyncio.wait_for(store.cache.wait_fresh(int(created["metadata"]["resourceVersion"])), 10)
     assert store.cache.get("outage", "after-outage") is not None
+
+
+async def test_a_later_page_from_the_cache_equals_etcd_at_the_first_pages_revision(store: Store) -> None:
+    ns = "pages"
+    for i in range(0, 40, 2):
+        await store.create(obj(f"p{i:02d}", ns))
+    first_rv = await store.cache.wait_consistent()
+
+    async def relabel(o: dict) -> dict:
+        o["metadata"]["labels"] = {"changed": "yes"}
+        return o
+    for i in range(0, 40, 8):  # changed, deleted, created between and after: all after the first page
+        await store.guaranteed_update(ns, f"p{i:02d}", relabel)
+        await store.delete(ns, f"p{i + 2:02d}")
+        await store.create(obj(f"p{i + 1:02d}", ns))
+    await store.create(obj("z-last", ns))
+    await store.cache.wait_consistent()
+
+    def shape(entries: list[Entry]) -> list[tuple[str, int, dict]]:
+        return [(e.key, e.rv, e.obj) for e in entries]
+
+    for after in ("", store.layout.key(ns, "p05"), store.layout.key(ns, "p16"), store.layout.key(ns, "p38")):
+        snapshot = store.cache.entries_at(first_rv, ns, after)
+        assert snapshot is not None
+        from_etcd, _, _ = await store.list_snapshot(ns, first_rv, after or None, 0)
+        assert shape(list(snapshot)) == shape(from_etcd)
+        assert shape(list(store.cache.entries_at(store.cache.rv, ns, after) or [])) == \
+            shape((await store.list_snapshot(ns, store.cache.rv, after or None, 0))[0])
+
+
+async def test_a_page_older_than_the_cache_history_is_not_served_from_the_cache(store: Store) -> None:
+    await store.create(obj("old-page", "history"))
+    rv = await store.cache.wait_consistent()
+    for i in range(store.cache.history_size + 5):
+        await store.create(obj(f"h{i}", "history"))
+    await store.cache.wait_consistent()
+    assert store.cache.entries_at(rv, "history", "") is None
