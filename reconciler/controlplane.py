@@ -18,7 +18,7 @@ from apiserver.events import EventRecorder
 from apiserver.kubeclient import HostError, HostUnavailable
 from apiserver.registry import Registry
 from apiserver.resource import FINALIZER
-from apiserver.secrets import PKI_KIND, SecretStore
+from apiserver.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 
@@ -91,10 +91,8 @@ class ControlPlaneController:
         meta = obj["metadata"]
         spec = obj.get("spec") or {}
         sans = tenantpki.apiserver_sans(runtime.endpoint_host(obj), spec.get("externalIps") or [], service_ip())
-        stored = await secrets.get(PKI_KIND, meta["namespace"], meta["name"])
-        current = None
-        if stored is not None and stored.get("uid", b"").decode() == meta.get("uid"):
-            current = TenantPki({k: v for k, v in stored.items() if k != "uid"})
+        current = await load_pki(secrets, obj)
+        if current is not None:
             if not current.needs_renewal() and set(sans) <= current.sans():
                 return current
             log.info("renewing the PKI of %s/%s", meta["namespace"], meta["name"])
@@ -228,9 +226,9 @@ class ControlPlaneController:
         meta = obj["metadata"]
         tenant = None
         endpoint = (obj.get("status") or {}).get("controlPlaneEndpoint")
-        stored = await self.secrets.get(PKI_KIND, meta["namespace"], meta["name"]) if self.secrets else None
-        if endpoint and stored is not None:
-            tenant = admin_client(TenantPki({k: v for k, v in stored.items() if k != "uid"}), endpoint)
+        pki = await load_pki(self.secrets, obj) if self.secrets else None
+        if endpoint and pki is not None:
+            tenant = admin_client(pki, endpoint)
         try:
             released = await nodes.release_all(obj, tenant)
         finally:
