@@ -15,10 +15,11 @@ import signal
 import socket
 from typing import Any
 
-from apiserver.kubeclient import HostError, HostUnavailable, KubeClient
+from apiserver.kubeclient import HostError, KubeClient
 
 from .runtime.process import ProcessRuntime
-from .selection import CLAIM_LABEL, labels, node_name
+from .selection import CLAIM_LABEL, is_ready, labels, node_name
+from .tenant import remove_node
 
 log = logging.getLogger(__name__)
 
@@ -70,25 +71,11 @@ class KwokJoiner:
                 if e.code != 409:
                     raise
                 node = await tenant.get(f"/api/v1/nodes/{node_name(host_node)}")
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in (node.get("status") or {}).get("conditions") or [])
+        return is_ready(node)
 
     async def leave(self, vc: Obj, tenant: KubeClient | None, name: str) -> None:
-        if tenant is None:
-            return
-        try:
-            pods = (await tenant.get("/api/v1/pods", fieldSelector=f"spec.nodeName={name}")).get("items") or []
-            for pod in pods:
-                meta = pod["metadata"]
-                with contextlib.suppress(HostError):
-                    await tenant.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                                        {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
-            await tenant.delete(f"/api/v1/nodes/{name}")
-        except HostError as e:
-            if e.code != 404:
-                raise
-        except HostUnavailable as e:
-            log.warning("tenant unreachable while removing node %s: %s", name, e)
+        if tenant is not None:
+            await remove_node(tenant, name)
 
     async def stop(self, vc: Obj) -> None:
         meta = vc["metadata"]
