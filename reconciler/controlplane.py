@@ -146,9 +146,8 @@ class ControlPlaneController:
             writer.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")
             writer.phase("Completed", "Ready", f"control plane ready at {state.endpoint}")
         else:
-            message = (f"the spec asks for nodes but no node joiner is configured (it needs a host and the "
-                       f"process runtime); "
-                       f"the control plane is ready at {state.endpoint}")
+            message = (f"the spec asks for nodes but no node joiner is configured (a host cluster, and the "
+                       f"process runtime or --node-joiner=agent); the control plane is ready at {state.endpoint}")
             writer.condition("NodesReady", False, NO_PROMOTION_REASON, message)
             writer.condition("Ready", False, NO_PROMOTION_REASON, message)
             writer.phase("Initialized", NO_PROMOTION_REASON, message)
