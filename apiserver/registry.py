@@ -356,7 +356,12 @@ class Registry:
             await cache.wait_fresh(parse_rv(opts.resource_version))
         elif not cache.ready:
             raise errors.service_unavailable("the watch cache is initializing")
-        return self._page(cache.sorted_entries(namespace), cache.rv, namespace, opts, predicate)
+        pinned = opts.label_selector.indexable() if opts.label_selector is not None else None
+        if pinned is not None:
+            entries: Iterable[Entry] = cache.entries_labelled(namespace, pinned.key, pinned.values)
+        else:
+            entries = cache.sorted_entries(namespace)
+        return self._page(entries, cache.rv, namespace, opts, predicate)
 
     def _page(self, entries: Iterable[Entry], rv: int, namespace: str | None, opts: ListOptions,
               predicate: Callable[[Entry], bool]) -> tuple[list[Entry], dict[str, Any]]:

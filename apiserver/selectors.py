@@ -318,6 +318,14 @@ class LabelSelector:
         labels = labels or {}
         return all(r.matches(labels) for r in self.requirements)
 
+    def indexable(self) -> Requirement | None:
+        """A requirement naming the only values a label may have (``=``, ``==``, ``in``): the
+        matching objects are among those an index on that label lists."""
+        for r in self.requirements:
+            if r.operator in (Operator.EQUALS, Operator.DOUBLE_EQUALS, Operator.IN):
+                return r
+        return None
+
     def requires_exact_match(self, key: str) -> str | None:
         """The single value ``key`` must have (``=``, ``==`` or one-value ``in``), if the selector pins it."""
         for r in self.requirements:

@@ -218,3 +218,27 @@ async def test_a_page_older_than_the_cache_history_is_not_served_from_the_cache(
         await store.create(obj(f"h{i}", "history"))
     await store.cache.wait_consistent()
     assert store.cache.entries_at(rv, "history", "") is None
+
+
+async def test_the_label_index_finds_exactly_what_a_scan_finds_as_labels_change(store: Store) -> None:
+    ns = "indexed"
+    for i in range(30):
+        await store.create(obj(f"l{i:02d}", ns, shard=str(i % 3), tier="a" if i < 15 else "b"))
+
+    async def move(o: dict) -> dict:
+        o["metadata"]["labels"]["shard"] = "9"
+        return o
+    for i in range(0, 30, 4):
+        await store.guaranteed_update(ns, f"l{i:02d}", move)
+    for i in range(1, 30, 5):
+        await store.delete(ns, f"l{i:02d}")
+    await store.cache.wait_consistent()
+    for selector in ("shard=1", "shard in (0,9)", "shard=9,tier=a", "shard=7"):
+        wanted = parse_label_selector(selector)
+        pinned = wanted.indexable()
+        assert pinned is not None
+        found = [e.key for e in store.cache.entries_labelled(ns, pinned.key, pinned.values) if wanted.matches(e.labels)]
+        scanned = [e.key for e in store.cache.sorted_entries(ns) if wanted.matches(e.labels)]
+        assert found == scanned
+        assert found or selector == "shard=7"
+    assert parse_label_selector("shard!=1").indexable() is None
