@@ -272,13 +272,12 @@ class Registry:
 
     def _field_validation(self, obj: Obj, opts: WriteOptions, body: bytes | None) -> list[str]:
         """Apply fieldValidation: Strict → 400, Warn → warnings; unknown fields are pruned."""
+        unknown = self.strategy.prune(obj)
         if opts.field_validation == "Ignore":
-            self.strategy.prune(obj)
             return []
-        problems = [f'unknown field "{p}"' for p in self.strategy.unknown_fields(obj)]
+        problems = [f'unknown field "{p}"' for p in unknown]
         if body is not None:
             problems += [f'duplicate field "{d}"' for d in find_duplicate_fields(body)]
-        self.strategy.prune(obj)
         if problems and opts.field_validation == "Strict":
             raise errors.bad_request("strict decoding error: " + ", ".join(problems))
         return problems

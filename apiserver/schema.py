@@ -706,19 +706,24 @@ def unknown_fields(obj: dict[str, Any]) -> list[str]:
     return [path for _, _, path in _unknown_in_schema(_OBJECT, obj, "")]
 
 
-def prune_unknown_fields(obj: dict[str, Any]) -> None:
-    """Drop, in place, every field :func:`unknown_fields` reports: what is stored is what is declared,
-    as a structural CRD schema prunes (fieldValidation Warn and Ignore)."""
-    for holder, key, _ in _unknown_in_schema(_OBJECT, obj, ""):
+def prune_unknown_fields(obj: dict[str, Any]) -> list[str]:
+    """Drop, in place, every field :func:`unknown_fields` reports, and return their paths: what is
+    stored is what is declared, as a structural CRD schema prunes (fieldValidation Warn and Ignore)."""
+    found = _unknown_in_schema(_OBJECT, obj, "")
+    for holder, key, _ in found:
         holder.pop(key, None)
+    return [path for _, _, path in found]
+
+
+_FIELDS_BY_KEY: dict[type[Schema], dict[str, fields.Field]] = {}
 
 
 def field_of(schema: Schema, name: str) -> fields.Field | None:
     """The field a JSON key maps to (honours ``data_key``)."""
-    for attr, fld in schema.fields.items():
-        if (fld.data_key or attr) == name:
-            return fld
-    return None
+    by_key = _FIELDS_BY_KEY.get(type(schema))
+    if by_key is None:
+        by_key = _FIELDS_BY_KEY[type(schema)] = {(fld.data_key or attr): fld for attr, fld in schema.fields.items()}
+    return by_key.get(name)
 
 
 def _validate(schema: Schema, value: Any, path: str) -> list[Cause]:

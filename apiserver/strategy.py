@@ -39,11 +39,9 @@ class Strategy(Protocol):
     def validate_status(self, obj: Obj) -> list[Cause]:
         """Causes of a status being invalid."""
 
-    def unknown_fields(self, obj: Obj) -> list[str]:
-        """Paths of fields the schema does not know, for fieldValidation."""
-
-    def prune(self, obj: Obj) -> None:
-        """Drop unknown fields before storing (as a structural schema does)."""
+    def prune(self, obj: Obj) -> list[str]:
+        """Drop the fields the schema does not know before storing (as a structural schema does);
+        returns their paths, for fieldValidation."""
 
     def cells(self, obj: Obj) -> list[Any]:
         """One Table row."""

@@ -83,7 +83,12 @@ class VirtualClusterStrategy:
         return schema.validate_spec(obj.get("spec")) + schema.validate_status(obj.get("status"))
 
     def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
-        causes = self.validate(new)
+        # Ratcheting, as kube does for CRDs: what an update leaves as it was is not judged again.
+        causes = []
+        if new.get("spec") != old.get("spec"):
+            causes += schema.validate_spec(new.get("spec"))
+        if new.get("status") != old.get("status"):
+            causes += schema.validate_status(new.get("status"))
         new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
         if not isinstance(new_spec, dict):  # validate() has said what is wrong with it
             return causes
@@ -97,11 +102,8 @@ class VirtualClusterStrategy:
     def validate_status(self, obj: Obj) -> list[Cause]:
         return schema.validate_status(obj.get("status"))
 
-    def unknown_fields(self, obj: Obj) -> list[str]:
-        return schema.unknown_fields(obj)
-
-    def prune(self, obj: Obj) -> None:
-        schema.prune_unknown_fields(obj)
+    def prune(self, obj: Obj) -> list[str]:
+        return schema.prune_unknown_fields(obj)
 
     def cells(self, obj: Obj) -> list[Any]:
         meta = obj.get("metadata") or {}
