@@ -90,12 +90,19 @@ async def floor(host: KubeClient, tenant: KubeClient, nodes: list[dict[str, Any]
     async def one(node: dict[str, Any]) -> None:
         async with limit:
             name = node["metadata"]["name"]
-            await host.patch(f"/api/v1/nodes/{name}", {
-                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
-                             "labels": {CLAIM_LABEL: "default.floor"},
-                             "annotations": {CLAIM_LABEL: "default/floor"}},
-                "spec": {"unschedulable": True, "taints": [
-                    {"key": CLAIM_LABEL, "value": "default.floor", "effect": "NoSchedule"}]}})
+            while True:  # the claim is guarded by the resourceVersion, like ours: a heartbeat between costs a reread
+                try:
+                    await host.patch(f"/api/v1/nodes/{name}", {
+                        "metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
+                                     "labels": {CLAIM_LABEL: "default.floor"},
+                                     "annotations": {CLAIM_LABEL: "default/floor"}},
+                        "spec": {"unschedulable": True, "taints": [
+                            {"key": CLAIM_LABEL, "value": "default.floor", "effect": "NoSchedule"}]}})
+                    break
+                except HostError as e:
+                    if e.code != 409:
+                        raise
+                    node = await host.get(f"/api/v1/nodes/{name}")
             await tenant.create("/api/v1/nodes", tenant_node(node))
     started = time.perf_counter()
     await asyncio.gather(*(one(n) for n in nodes))
