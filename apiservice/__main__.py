@@ -3,7 +3,10 @@
   certs      serving CA + certificate (and, in-cluster, etcd's mutual TLS) in a directory; reused
   render     the manifests as a YAML stream, from the kustomize directories in apiservice/deploy
   install    apply them and wait until the APIService v1alpha1.kosmos.io is Available
-  uninstall  delete what install created, the APIService first
+  uninstall  delete what install created: the node agents first (if any), then the APIService
+
+--node-joiner agent (certs, render, install) adds the node agent on every host node and its mutual
+TLS, and starts an in-cluster vc-apiserver with the agent joiner (and the pods control-plane runtime).
 """
 
 from __future__ import annotations
@@ -16,19 +19,23 @@ from typing import cast
 from . import tls
 from .install import InstallError, install, uninstall
 from .kubectl import Kubectl, KubectlError, default_kubectl
-from .manifests import MODES, Mode, render, to_yaml
+from .manifests import JOINERS, MODES, Mode, render, to_yaml
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--kubectl", default=default_kubectl(),
                         help="kubectl binary (default: the repo's .local/bin/kubectl if built, else PATH)")
+    joiner = argparse.ArgumentParser(add_help=False)
+    joiner.add_argument("--node-joiner", choices=JOINERS, default="kwok",
+                        help="agent: promote real host nodes through the node agent (deploy/agent), with its "
+                             "certificates; kwok (default): vc-apiserver's default, nothing more")
 
     p = argparse.ArgumentParser(prog="python -m apiservice", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
-    certs = sub.add_parser("certs", help="create (or reuse) the certificates in a directory")
+    certs = sub.add_parser("certs", parents=[joiner], help="create (or reuse) the certificates in a directory")
     certs.add_argument("--dir", type=Path, required=True)
     certs.add_argument("--service", default=tls.SERVICE)
     certs.add_argument("--namespace", default=tls.NAMESPACE)
@@ -41,12 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         q.add_argument("--port", type=int, help="local mode: the server's port (default: deploy/local's, 38443)")
         q.add_argument("--image", help="cluster mode: vc-apiserver's image")
 
-    render_p = sub.add_parser("render", parents=[common], help="print the manifests (YAML stream)")
+    render_p = sub.add_parser("render", parents=[common, joiner], help="print the manifests (YAML stream)")
     rendering(render_p, MODES)
     render_p.add_argument("--cert-dir", type=Path,
                           help="fill in caBundle and the TLS Secrets from this directory (created if needed)")
 
-    install_p = sub.add_parser("install", parents=[common], help="apply and wait until Available")
+    install_p = sub.add_parser("install", parents=[common, joiner], help="apply and wait until Available")
     install_p.add_argument("--kubeconfig", type=Path, required=True, help="the host cluster")
     rendering(install_p, MODES)
     install_p.add_argument("--cert-dir", type=Path, required=True, help="certificates, created if missing")
@@ -75,16 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.command == "certs":
-            certs = tls.ensure_certs(args.dir, args.service, args.namespace, local=args.local)
+            certs = tls.ensure_certs(args.dir, args.service, args.namespace, local=args.local,
+                                     node_agent=args.node_joiner == "agent")
             for path in sorted(certs.path.glob("*.crt")):
                 say(str(path))
             return 0
         kubectl = Kubectl(args.kubectl, getattr(args, "kubeconfig", None))
         if args.command == "render":
-            certs = tls.ensure_certs(args.cert_dir, local=args.mode == "local") if args.cert_dir else None
-            sys.stdout.write(to_yaml(render(kubectl, args.mode, certs, port=args.port, image=args.image)))
+            agent = args.node_joiner == "agent"
+            certs = tls.ensure_certs(args.cert_dir, local=args.mode == "local", node_agent=agent) \
+                if args.cert_dir else None
+            sys.stdout.write(to_yaml(render(kubectl, args.mode, certs, port=args.port, image=args.image,
+                                            joiner=args.node_joiner)))
         elif args.command == "install":
-            install(kubectl, args.mode, args.cert_dir, args.port, args.image, args.wait_timeout, say)
+            install(kubectl, args.mode, args.cert_dir, args.port, args.image, args.wait_timeout, say,
+                    joiner=args.node_joiner)
         elif args.command == "uninstall":
             modes = MODES if args.mode == "all" else (cast(Mode, args.mode),)
             uninstall(kubectl, modes, args.wait_timeout, say)

@@ -4,6 +4,11 @@ Server-side apply under one field manager: re-running install converges instead 
 Secrets are not copied into a last-applied annotation. The aggregator's ``Available`` condition
 is the only readiness that matters to users (it is what makes ``kubectl get vc`` work), so that
 is what install waits for, echoing the condition as it changes.
+
+The node agent (``--node-joiner agent``) outlives its DaemonSet by design (it runs as a static pod,
+see ``reconciler/nodeagent/staticpod.py``), so uninstall retires it first: it refuses while host
+nodes are promoted into VirtualClusters (their kubelets may serve a tenant), switches the DaemonSet
+to ``deploy/agent-uninstall`` and waits until every node has removed its agent.
 """
 
 from __future__ import annotations
@@ -16,12 +21,17 @@ from typing import Any
 from . import tls
 from .kubectl import Kubectl, KubectlError
 from .manifests import (
+    AGENT_DAEMONSET,
+    AGENT_NAMESPACE,
     APISERVICE,
+    ENCRYPTION_SECRET,
     NAMESPACE,
     SERVICE,
+    Joiner,
     Manifest,
     Mode,
     apiservice_port,
+    directories,
     identity,
     install_order,
     kustomize,
@@ -31,6 +41,7 @@ from .manifests import (
 )
 
 FIELD_MANAGER = "vc-apiserver-installer"
+CLAIM_LABEL = "kosmos.io/virtualcluster"  # reconciler.selection.CLAIM_LABEL: a host node promoted into a tenant
 Say = Callable[[str], None]
 
 
@@ -89,12 +100,26 @@ def unavailable_hint(mode: Mode, port: int, cert_dir: Path) -> str:
             f"`kubectl -n {NAMESPACE} logs deploy/vc-apiserver`.")
 
 
+def check_encryption_key(kubectl: Kubectl, objs: Sequence[Manifest]) -> None:
+    """Never replace the key of the stored tenant keys: with another one they are unreadable."""
+    wanted = next((o for o in objs if o["kind"] == "Secret" and o["metadata"]["name"] == ENCRYPTION_SECRET), None)
+    if wanted is None:
+        return
+    current = kubectl.get("secret", ENCRYPTION_SECRET, "-n", NAMESPACE)
+    if current is not None and current.get("data") != wanted["data"]:
+        raise InstallError(
+            f"Secret {NAMESPACE}/{ENCRYPTION_SECRET} holds another key than {tls.ENCRYPTION_KEY} in the certificate "
+            "directory; replacing it would make every stored tenant key unreadable. Use the certificate directory "
+            "of the existing installation, or copy the key from the Secret into it.")
+
+
 def install(kubectl: Kubectl, mode: Mode, cert_dir: Path, port: int | None, image: str | None,
-            wait_timeout: float, say: Say) -> None:
-    certs = tls.ensure_certs(cert_dir, local=mode == "local")
+            wait_timeout: float, say: Say, joiner: Joiner = "kwok") -> None:
+    certs = tls.ensure_certs(cert_dir, local=mode == "local", node_agent=joiner == "agent")
     say(f"certificates in {cert_dir}")
-    objs = render(kubectl, mode, certs, port=port, image=image)
-    say(f"applying {len(objs)} objects ({mode} mode)")
+    objs = render(kubectl, mode, certs, port=port, image=image, joiner=joiner)
+    check_encryption_key(kubectl, objs)
+    say(f"applying {len(objs)} objects ({mode} mode{', node agent' if joiner == 'agent' else ''})")
     apply(kubectl, objs, say)
     wait_available(kubectl, wait_timeout, say, unavailable_hint(mode, apiservice_port(objs), cert_dir))
 
@@ -118,15 +143,40 @@ def delete(kubectl: Kubectl, objs: Sequence[Manifest], timeout: float, say: Say)
         say(f"  {line}")
 
 
+def retire_node_agents(kubectl: Kubectl, timeout: float, say: Say) -> None:
+    """Remove the agents from the nodes before their DaemonSet goes, or fail saying why not."""
+    if kubectl.get("daemonset", AGENT_DAEMONSET, "-n", AGENT_NAMESPACE) is None:
+        return
+    promoted = kubectl.run("get", "nodes", "-l", CLAIM_LABEL, "-o", "name").stdout.split()
+    if promoted:
+        raise InstallError(
+            f"{len(promoted)} host node(s) are promoted into VirtualClusters ({', '.join(promoted)}): their kubelets "
+            "may serve a tenant, and only the node agent brings them back. Release them first (remove "
+            "spec.promoteResources or delete their VirtualClusters) and uninstall again.")
+    say(f"removing the node agent from every node (DaemonSet {AGENT_NAMESPACE}/{AGENT_DAEMONSET})")
+    apply(kubectl, kustomize(kubectl, "agent-uninstall"), say)
+    try:
+        kubectl.run("rollout", "status", f"daemonset/{AGENT_DAEMONSET}", "-n", AGENT_NAMESPACE,
+                    f"--timeout={timeout:g}s", timeout=timeout + 30)
+    except KubectlError as e:
+        raise InstallError(
+            f"the node agent was not removed from every node: {e.stderr}\nSee `kubectl -n {AGENT_NAMESPACE} logs "
+            "-l app.kubernetes.io/component=node-agent-installer`: a node still joined to a tenant keeps its agent "
+            "until it leaves.") from None
+
+
 def uninstall(kubectl: Kubectl, modes: Sequence[Mode], wait_timeout: float, say: Say) -> None:
-    """The APIService first: while it is registered but unserved, the host's namespace controller
-    cannot finish deleting any namespace, ours included. Then the rest, namespace last."""
-    objs = _unique(obj for mode in modes
-                   for obj in [*kustomize(kubectl, mode), *(secret_stubs() if mode == "cluster" else [])])
+    """The node agents first, if any (see the module's docstring). Then the APIService: while it is
+    registered but unserved, the host's namespace controller cannot finish deleting any namespace, ours
+    included. Then the rest, namespaces last."""
+    objs = _unique(obj for mode in modes for directory in directories(mode, "agent")
+                   for obj in kustomize(kubectl, directory))
+    objs = _unique([*objs, *secret_stubs()])
+    retire_node_agents(kubectl, wait_timeout, say)
     apiservices = [o for o in objs if o["kind"] == "APIService"]
     rest = list(reversed(install_order(o for o in objs if o["kind"] != "APIService")))
     say(f"deleting APIService {APISERVICE}")
     delete(kubectl, apiservices, wait_timeout, say)
-    say(f"deleting {len(rest)} objects (namespace {NAMESPACE} last)")
+    say(f"deleting {len(rest)} objects (namespaces {NAMESPACE} and {AGENT_NAMESPACE} last)")
     delete(kubectl, rest, wait_timeout, say)
     say("uninstalled")

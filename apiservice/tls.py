@@ -5,6 +5,15 @@
   for ``<service>.<namespace>.svc`` whatever address it dials.
 - ``etcd-ca``, ``etcd-server`` (serving and peer), ``etcd-client`` (vc-apiserver): the dedicated
   etcd's mutual TLS, in-cluster only.
+- With the node agent (``--node-joiner agent``), its mutual TLS, one CA per direction:
+  ``node-agent-ca`` signs ``node-agent-serving``, the one serving certificate of every agent
+  (CN and DNS SAN ``kosmos-node-agent``, the name the joiner pins: agents are dialled at node
+  addresses no install-time certificate can name; see ``reconciler.agentjoiner.PinnedNameContext``);
+  ``node-agent-client-ca`` signs ``node-agent-client``, vc-apiserver's client certificate
+  (CN ``kosmos:node-agent-client``, the name agents allow). Each side trusts only the CA of the
+  other, so the serving key that every node holds is no client credential anywhere, and neither
+  CA signs anything else. Plus ``encryption.key``, the AES key of the tenant keys vc-apiserver
+  stores (the agent joiner needs a control-plane runtime), created once and never replaced.
 
 Everything present is reused, so re-running an install never changes the ``caBundle`` under a
 running server. A leaf is reissued from the same CA only when it misses a name it must carry,
@@ -25,6 +34,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from certs import pki
+from reconciler.nodeagent import CLIENT_CN as AGENT_CLIENT_CN
+from reconciler.nodeagent import SERVING_NAME as AGENT_SERVING_NAME
 
 SERVICE = "vc-apiserver"
 NAMESPACE = "kosmos-system"
@@ -37,6 +48,9 @@ RENEW_BEFORE = dt.timedelta(days=30)
 
 SERVING_CA, SERVING = "ca", "serving"
 ETCD_CA, ETCD_SERVER, ETCD_CLIENT = "etcd-ca", "etcd-server", "etcd-client"
+AGENT_CA, AGENT_SERVING = "node-agent-ca", "node-agent-serving"
+AGENT_CLIENT_CA, AGENT_CLIENT = "node-agent-client-ca", "node-agent-client"
+ENCRYPTION_KEY = "encryption.key"
 
 
 @dataclass(frozen=True)
@@ -131,11 +145,32 @@ def ensure_etcd(certs: CertDir, namespace: str = NAMESPACE) -> None:
     ensure_leaf(certs, ETCD_CLIENT, ca, ETCD_CLIENT_USER, (), (ExtendedKeyUsageOID.CLIENT_AUTH,))
 
 
+def ensure_node_agent(certs: CertDir) -> None:
+    """The node agents' serving certificate and vc-apiserver's client certificate, each from its own CA."""
+    ca = ensure_ca(certs, AGENT_CA, f"{AGENT_SERVING_NAME}-ca")
+    ensure_leaf(certs, AGENT_SERVING, ca, AGENT_SERVING_NAME, (AGENT_SERVING_NAME,), (ExtendedKeyUsageOID.SERVER_AUTH,))
+    client_ca = ensure_ca(certs, AGENT_CLIENT_CA, f"{AGENT_SERVING_NAME}-client-ca")
+    ensure_leaf(certs, AGENT_CLIENT, client_ca, AGENT_CLIENT_CN, (), (ExtendedKeyUsageOID.CLIENT_AUTH,))
+
+
+def ensure_encryption_key(certs: CertDir) -> Path:
+    """Created once: a new key would make every stored tenant key unreadable."""
+    from apiserver.secrets import generate_key_file  # lazily: it brings the etcd client along
+
+    path = certs.path / ENCRYPTION_KEY
+    return path if path.exists() else generate_key_file(path)
+
+
 def ensure_certs(directory: Path, service: str = SERVICE, namespace: str = NAMESPACE,
-                 local: bool = False) -> CertDir:
-    """What ``install --mode local`` (``local``) or ``--mode cluster`` needs, created or reused."""
+                 local: bool = False, node_agent: bool = False) -> CertDir:
+    """What ``install --mode local`` (``local``) or ``--mode cluster`` needs, created or reused;
+    ``node_agent`` adds the node agent's PKI (and, in-cluster, the encryption key)."""
     certs = CertDir(directory)
     ensure_serving(certs, service, namespace, local)
     if not local:
         ensure_etcd(certs, namespace)
+    if node_agent:
+        ensure_node_agent(certs)
+        if not local:
+            ensure_encryption_key(certs)
     return certs

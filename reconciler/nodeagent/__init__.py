@@ -8,3 +8,4 @@ commands: three operations (join, leave, status) and one configured restart comm
 
 DEFAULT_PORT = 10350
 CLIENT_CN = "kosmos:node-agent-client"  # who may call the agent by default: the reconciler's identity
+SERVING_NAME = "kosmos-node-agent"  # the DNS name every agent's serving certificate carries, pinned by the joiner

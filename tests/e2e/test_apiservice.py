@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -17,9 +18,12 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from apiserver.__main__ import parse_args as server_args
+from apiserver.kubeclient import ClusterAccess, HostError, KubeClient
 from apiservice import tls
-from apiservice.manifests import APISERVICE, DEPLOY, SECRETS
+from apiservice.manifests import AGENT_SECRETS, APISERVICE, DEPLOY, ENCRYPTION_SECRET, SECRETS
 from hack.harness import REPO, ApiServer, Etcd, HostCluster, Pki, free_port, wait_until
+from reconciler.nodeagent import staticpod
 
 pytestmark = pytest.mark.e2e
 
@@ -407,3 +411,169 @@ def test_cluster_install_applies_the_workloads_for_real_and_uninstall_takes_thei
     rendered = apiservice("render", "--mode", "cluster", "--cert-dir", tmp_path / "certs").stdout
     assert host.kubectl("get", "-f", "-", "--ignore-not-found", "-o", "name", input=rendered).stdout == ""
     assert host.kubectl("get", "pvc", "-A", "-o", "name").stdout == ""
+
+
+# -- the node agent (--node-joiner agent) ----------------------------------------------------------------
+
+AGENT_NS = "kosmos-node-agent"
+AGENT_SECRET_NAMES = {name for _, name in AGENT_SECRETS} | {ENCRYPTION_SECRET}
+
+
+def test_agent_certs_give_each_side_the_other_sides_ca_only_and_are_reused(tmp_path: Path) -> None:
+    apiservice("certs", "--dir", tmp_path / "plain")
+    assert not any(p.name.startswith(("node-agent", "encryption")) for p in (tmp_path / "plain").iterdir()), \
+        "nothing new without the agent"
+
+    apiservice("certs", "--dir", tmp_path, "--node-joiner", "agent")
+    agent_ca, client_ca = load_cert(tmp_path / "node-agent-ca.crt"), load_cert(tmp_path / "node-agent-client-ca.crt")
+    serving, client = load_cert(tmp_path / "node-agent-serving.crt"), load_cert(tmp_path / "node-agent-client.crt")
+    serving.verify_directly_issued_by(agent_ca)
+    client.verify_directly_issued_by(client_ca)
+    assert agent_ca.subject != client_ca.subject and agent_ca.public_key() != client_ca.public_key()
+    assert tls.sans(serving) == ["kosmos-node-agent"], "the joiner's pinned name, no node address"
+    assert list(serving.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.SERVER_AUTH]
+    assert client.subject.rfc4514_string() == "CN=kosmos:node-agent-client"
+    assert list(client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.CLIENT_AUTH]
+    key = tmp_path / "encryption.key"
+    assert len(base64.b64decode(key.read_text())) == 32 and key.stat().st_mode & 0o777 == 0o600
+    for stem in ("node-agent-ca", "node-agent-client-ca", "node-agent-serving", "node-agent-client"):
+        assert (tmp_path / f"{stem}.key").stat().st_mode & 0o777 == 0o600
+
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    apiservice("certs", "--dir", tmp_path, "--node-joiner", "agent")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before, "reused, key included"
+
+
+def test_render_with_the_node_agent_wires_the_secrets_flags_and_mounts(tmp_path: Path) -> None:
+    plain = docs(apiservice("render", "--mode", "cluster").stdout)
+    assert not of_kind(plain, "DaemonSet")
+    assert not any(a.startswith("--node-") for a in of_kind(plain, "Deployment")[0]["spec"]["template"]["spec"][
+        "containers"][0]["args"]), "default installs are unchanged"
+
+    objs = docs(apiservice("render", "--mode", "cluster", "--node-joiner", "agent", "--cert-dir", tmp_path,
+                           "--image", "registry.example/vc:2").stdout)
+    assert {o["metadata"]["name"] for o in objs[:2] if o["kind"] == "Namespace"} == {NAMESPACE, AGENT_NS}, \
+        "namespaces first"
+    secrets = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in of_kind(objs, "Secret")}
+
+    def data(namespace: str, name: str, key: str) -> bytes:
+        return base64.b64decode(secrets[(namespace, name)]["data"][key])
+
+    # vc-apiserver: the joiner's flags name files of a mounted Secret holding the installer's files.
+    [deployment] = of_kind(objs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["image"] == "registry.example/vc:2"
+    server = server_args(container["args"])
+    assert (server.node_joiner, server.node_agent_port, server.control_plane_runtime) == ("agent", 10350, "pods")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounted = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+
+    def secret_file(path: str) -> bytes:
+        directory, _, key = path.rpartition("/")
+        return data(NAMESPACE, mounted[directory]["secret"]["secretName"], key)
+
+    assert secret_file(server.node_agent_ca_file) == (tmp_path / "node-agent-ca.crt").read_bytes()
+    assert secret_file(server.node_agent_client_cert_file) == (tmp_path / "node-agent-client.crt").read_bytes()
+    assert secret_file(server.node_agent_client_key_file) == (tmp_path / "node-agent-client.key").read_bytes()
+    assert secret_file(server.encryption_key_file) == (tmp_path / "encryption.key").read_bytes()
+
+    # The agent: its installer mounts the agents' Secret, serving certificate and the clients' CA.
+    [daemonset] = of_kind(objs, "DaemonSet")
+    installer = daemonset["spec"]["template"]["spec"]
+    assert installer["containers"][0]["image"] == "registry.example/vc:2", "the agent runs the server's image"
+    [secret_volume] = [v for v in installer["volumes"] if "secret" in v]
+    assert secret_volume["secret"]["secretName"] == "kosmos-node-agent-tls"
+    assert data(AGENT_NS, "kosmos-node-agent-tls", "tls.crt") == (tmp_path / "node-agent-serving.crt").read_bytes()
+    assert data(AGENT_NS, "kosmos-node-agent-tls", "ca.crt") == (tmp_path / "node-agent-client-ca.crt").read_bytes()
+    assert {name for _, name in secrets} == set(SECRETS) | AGENT_SECRET_NAMES
+
+    local = docs(apiservice("render", "--mode", "local", "--node-joiner", "agent", "--cert-dir", tmp_path).stdout)
+    assert [s["metadata"]["name"] for s in of_kind(local, "Secret")] == ["kosmos-node-agent-tls"], \
+        "a local server reads its agent files from the certificate directory"
+    assert len(of_kind(local, "DaemonSet")) == 1 and not of_kind(local, "Deployment")
+
+
+@pytest.fixture
+def agent_namespace(host: HostCluster, kosmos_namespace: None) -> None:
+    rendered = docs(apiservice("render", "--mode", "cluster", "--node-joiner", "agent").stdout)
+    [namespace] = [n for n in of_kind(rendered, "Namespace") if n["metadata"]["name"] == AGENT_NS]
+    host.kubectl("apply", "-f", "-", input=json.dumps(namespace))
+
+
+def test_the_node_agent_and_its_static_pod_pass_server_side_dry_run(host: HostCluster, agent_namespace: None,
+                                                                    tmp_path: Path) -> None:
+    rendered = apiservice("render", "--mode", "cluster", "--node-joiner", "agent", "--cert-dir", tmp_path).stdout
+    proc = host.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    assert "Warning" not in proc.stderr
+    for kind in ("daemonset.apps/kosmos-node-agent", "secret/kosmos-node-agent-tls",
+                 "secret/vc-apiserver-node-agent-client", "secret/vc-apiserver-encryption-key",
+                 "deployment.apps/vc-apiserver", "role.rbac.authorization.k8s.io/kosmos-node-agent-installer"):
+        assert f"{kind} created (server dry run)" in proc.stdout, kind
+    for overlay in ("agent", "agent-uninstall", "cluster-agent"):
+        proc = host.kubectl("apply", "-k", str(DEPLOY / overlay), "--dry-run=server")
+        assert "Warning" not in proc.stderr, overlay
+        assert "daemonset.apps/kosmos-node-agent created (server dry run)" in proc.stdout, overlay
+
+    # The static pod as its kubelet's mirror pod: what the host admits for a pod referencing no API object.
+    pod = yaml.safe_load(staticpod.render(staticpod.AgentPod("registry.example/vc:2", "worker-1", tls_hash="0" * 64)))
+    pod["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "0" * 32
+    pod["spec"]["nodeName"] = "worker-1"
+    proc = host.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod))
+    assert "Warning" not in proc.stderr
+    admitted = json.loads(proc.stdout)
+    assert admitted["spec"]["priority"] == 2000001000, "system-node-critical"
+    assert admitted["spec"]["containers"][0]["args"] == pod["spec"]["containers"][0]["args"]
+
+
+async def test_cluster_install_with_the_node_agent_and_uninstall_retires_the_agents_first(
+        host: HostCluster, tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    proc = apiservice("install", "--kubeconfig", host.admin_kubeconfig, "--mode", "cluster", "--node-joiner", "agent",
+                      "--cert-dir", certs, "--image", "registry.example/vc-apiserver:agent", "--wait-timeout", "3",
+                      check=False)
+    assert proc.returncode == 1 and "is not Available after 3s" in proc.stderr, proc.stderr
+    for namespace, name in (*AGENT_SECRETS, (NAMESPACE, ENCRYPTION_SECRET)):
+        assert host.kubectl("get", "secret", name, "-n", namespace, "-o", "name").stdout.strip() == f"secret/{name}"
+
+    # The installer finds the agent's image in its own Pod, with its ServiceAccount's rights only.
+    daemonset = json.loads(host.kubectl("get", "daemonset", "kosmos-node-agent", "-n", AGENT_NS, "-o", "json").stdout)
+    template = daemonset["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "installer-0", "namespace": AGENT_NS,
+                                                          "labels": {"test": "installer"}}, "spec": template["spec"]}
+    host.kubectl("create", "-f", "-", input=json.dumps(pod))
+    token = host.kubectl("create", "token", "kosmos-node-agent-installer", "-n", AGENT_NS).stdout.strip()
+    client = KubeClient(ClusterAccess(host.url, ssl.create_default_context(cafile=str(host.pki.path("ca.crt"))),
+                                      token=token))
+    try:
+        assert await staticpod.pod_image(client, AGENT_NS, "installer-0") == "registry.example/vc-apiserver:agent"
+        with pytest.raises(HostError) as denied:
+            await client.get(f"/api/v1/namespaces/{AGENT_NS}/secrets/kosmos-node-agent-tls")
+        assert denied.value.code == 403
+    finally:
+        await client.close()
+
+    # Another certificate directory would bring another encryption key: refused before anything changes.
+    proc = apiservice("install", "--kubeconfig", host.admin_kubeconfig, "--mode", "cluster", "--node-joiner", "agent",
+                      "--cert-dir", tmp_path / "other", "--wait-timeout", "1", check=False)
+    assert proc.returncode == 1 and "would make every stored tenant key unreadable" in proc.stderr, proc.stderr
+    stored = json.loads(host.kubectl("get", "secret", ENCRYPTION_SECRET, "-n", NAMESPACE, "-o", "json").stdout)
+    assert base64.b64decode(stored["data"]["encryption.key"]) == (certs / "encryption.key").read_bytes()
+
+    # A promoted node may have its kubelet in a tenant: nothing is removed while one exists.
+    host.kubectl("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "promoted-1", "labels": {"kosmos.io/virtualcluster": "team-a.edge"}}}))
+    try:
+        proc = apiservice("uninstall", "--kubeconfig", host.admin_kubeconfig, check=False)
+        assert proc.returncode == 1 and "node/promoted-1" in proc.stderr and "Release them first" in proc.stderr
+        assert host.kubectl("get", "apiservice", APISERVICE, "-o", "name").stdout.strip()
+    finally:
+        host.kubectl("delete", "node", "promoted-1")
+
+    out = apiservice("uninstall", "--kubeconfig", host.admin_kubeconfig).stdout
+    assert out.index("removing the node agent from every node") < out.index(f"deleting APIService {APISERVICE}")
+    rendered = apiservice("render", "--mode", "cluster", "--node-joiner", "agent", "--cert-dir", certs).stdout
+    assert host.kubectl("get", "-f", "-", "--ignore-not-found", "-o", "name", input=rendered).stdout == ""
