@@ -20,7 +20,7 @@ from typing import Any
 from apiserver.kubeclient import ClusterAccess, HostError, HostUnavailable, KubeClient
 from apiserver.secrets import SecretStore, load_pki
 
-from .nodeagent import DEFAULT_PORT, protocol
+from .nodeagent import DEFAULT_PORT, SERVING_NAME, protocol
 from .selection import is_ready, node_name
 from .tenant import remove_node
 
@@ -31,23 +31,56 @@ CREDENTIAL_LIFETIME = dt.timedelta(days=365)
 AGENT_TIMEOUT = 90.0  # seconds: a join or leave waits for the kubelet's restart
 
 
+class PinnedNameContext(ssl.SSLContext):
+    """A client context that verifies every server as ``server_name``, whatever address was dialled.
+
+    Agents are dialled at node InternalIPs, which no certificate made at install time can name. So
+    the agents share one serving certificate (CN and DNS SAN ``kosmos-node-agent``), and the joiner
+    verifies the chain against ``--node-agent-ca-file`` *and* that name, as if it had dialled
+    ``https://kosmos-node-agent``. The name keeps a CA that also signs other servers — say a
+    cluster CA reused as the agent CA — from vouching for them as node agents. (Per-node
+    certificates with IP SANs would bind an agent to its node, but nodes come and go after the
+    install; a node whose copy of the shared key leaks can pose as any agent, which the
+    installer's dedicated agent CA, signing nothing else, keeps from widening.)
+    """
+
+    server_name = SERVING_NAME
+
+    def wrap_socket(self, sock: Any, server_side: bool = False, do_handshake_on_connect: bool = True,
+                    suppress_ragged_eofs: bool = True, server_hostname: str | bytes | None = None,
+                    session: ssl.SSLSession | None = None) -> ssl.SSLSocket:
+        return super().wrap_socket(sock, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+                                   self.server_name, session)
+
+    def wrap_bio(self, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, server_side: bool = False,
+                 server_hostname: str | bytes | None = None, session: ssl.SSLSession | None = None) -> ssl.SSLObject:
+        return super().wrap_bio(incoming, outgoing, server_side, self.server_name, session)
+
+
+def agent_client_context(ca: str | Path, cert: str | Path | None = None, key: str | Path | None = None,
+                         server_name: str = SERVING_NAME) -> PinnedNameContext:
+    """TLS to node agents: the agent CA, the pinned name (SANs only), and the client certificate."""
+    ctx = PinnedNameContext(ssl.PROTOCOL_TLS_CLIENT)  # check_hostname and CERT_REQUIRED
+    ctx.server_name = server_name
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.hostname_checks_common_name = False
+    ctx.load_verify_locations(cafile=str(ca))
+    if cert is not None:
+        ctx.load_cert_chain(str(cert), str(key) if key is not None else None)
+    return ctx
+
+
 @dataclass(frozen=True)
 class AgentAccess:
-    """How the reconciler reaches node agents: their port, and TLS with its client certificate.
-
-    One serving certificate serves every node, so the agent's chain is checked against its CA, not its
-    name against the node's address.
-    """
+    """How the reconciler reaches node agents: their port, and TLS with its client certificate
+    (see PinnedNameContext for how agents are verified)."""
 
     port: int
     ssl: ssl.SSLContext
 
     @classmethod
     def from_files(cls, ca: str | Path, cert: str | Path, key: str | Path, port: int = DEFAULT_PORT) -> AgentAccess:
-        ctx = ssl.create_default_context(cafile=str(ca))
-        ctx.check_hostname = False
-        ctx.load_cert_chain(str(cert), str(key))
-        return cls(port, ctx)
+        return cls(port, agent_client_context(ca, cert, key))
 
 
 def internal_ip(host_node: Obj) -> str:

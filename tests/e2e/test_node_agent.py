@@ -2,14 +2,16 @@
 
 One module-wide world: a host (etcd + kube-apiserver with Node,RBAC and NodeRestriction), vc-apiserver
 with the process runtime and ``--node-joiner=agent``, one VirtualCluster's tenant control plane, the
-node agent as a subprocess over a temporary copy of a kubeadm-like kubelet layout, and a kubelet
-stand-in (hack/kubelet_standin.py) that the agent's restart command restarts. Every test starts and
+node agent as a subprocess over a temporary copy of a kubeadm-like kubelet layout (installed as its
+static pod would be, with the installer's certificates), and a kubelet stand-in
+(hack/kubelet_standin.py) that the agent's restart command restarts. Every test starts and
 ends with the node on the host.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime as dt
 import http.client
@@ -34,6 +36,8 @@ import yaml
 from apiserver.etcd import EtcdClient, EtcdConfig
 from apiserver.kubeclient import HostError, KubeClient
 from apiserver.secrets import SecretStore, generate_key_file, load_key_file, load_pki
+from apiservice import tls
+from apiservice.manifests import agent_secrets
 from certs import pki
 from certs.tenant import TenantPki
 from hack.harness import (
@@ -49,8 +53,9 @@ from hack.harness import (
     wait_until,
     write_kubeconfig,
 )
-from reconciler.agentjoiner import AgentAccess, AgentJoiner
-from reconciler.nodeagent import CLIENT_CN, protocol
+from reconciler.agentjoiner import AgentAccess, AgentJoiner, agent_client_context
+from reconciler.nodeagent import CLIENT_CN, protocol, staticpod
+from reconciler.nodeagent.files import KubeletPaths
 from reconciler.runtime.process import ProcessRuntime
 from reconciler.tenant import admin_client
 from tests.conftest import Kubectl, start_etcd, vc
@@ -116,28 +121,38 @@ class NodeFiles:
 
 @dataclass
 class AgentCerts:
+    """The node agent's PKI exactly as the installer makes it (``python -m apiservice certs --node-joiner
+    agent``), plus clients it must refuse."""
+
     dir: Path
 
     @classmethod
     def create(cls, directory: Path) -> AgentCerts:
-        ca = pki.new_ca("kosmos-node-agent-ca")
-        ca.write(directory, "ca")
-        pki.new_leaf(ca, "kosmos-node-agent", hosts=["127.0.0.1"], usages=(pki.SERVER_AUTH,)).write(directory, "serving")
-        pki.new_leaf(ca, CLIENT_CN).write(directory, "reconciler")
-        pki.new_leaf(ca, "system:kube-scheduler").write(directory, "intruder")  # right CA, wrong name
+        tls.ensure_node_agent(tls.CertDir(directory))
+        client_ca = pki.KeyPair.read(directory, tls.AGENT_CLIENT_CA)
+        pki.new_leaf(client_ca, "system:kube-scheduler").write(directory, "intruder")  # right CA, wrong name
         pki.new_leaf(pki.new_ca("someone-else"), CLIENT_CN).write(directory, "stranger")  # right name, wrong CA
         return cls(directory)
 
+    @property
+    def agent_ca(self) -> Path:
+        """What vc-apiserver verifies agents with (--node-agent-ca-file)."""
+        return self.dir / f"{tls.AGENT_CA}.crt"
+
+    @property
+    def client_ca(self) -> Path:
+        """What agents verify clients with (--client-ca)."""
+        return self.dir / f"{tls.AGENT_CLIENT_CA}.crt"
+
     def files(self, stem: str) -> tuple[str, str]:
+        stem = {"serving": tls.AGENT_SERVING, "reconciler": tls.AGENT_CLIENT}.get(stem, stem)
         return str(self.dir / f"{stem}.crt"), str(self.dir / f"{stem}.key")
 
-    def ssl(self, client: str | None = "reconciler", tls: ssl.TLSVersion | None = None) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
-        ctx.check_hostname = False
-        if tls is not None:
-            ctx.minimum_version = ctx.maximum_version = tls
-        if client:
-            ctx.load_cert_chain(*self.files(client))
+    def ssl(self, client: str | None = "reconciler", version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+        """The joiner's own TLS: the agent CA and the pinned name, whatever address is dialled."""
+        ctx = agent_client_context(self.agent_ca, *(self.files(client) if client else (None, None)))
+        if version is not None:
+            ctx.minimum_version = ctx.maximum_version = version
         return ctx
 
 
@@ -147,14 +162,35 @@ def standin_command(root: Path, files: NodeFiles) -> list[str]:
             "--cpu", "8", "--memory", "16Gi", "--heartbeat", "1"]
 
 
-def agent_proc(root: Path, certs: AgentCerts, files: NodeFiles, port: int, restart: list[str]) -> Proc:
-    cert, key = certs.files("serving")
+def agent_proc(root: Path, certs: AgentCerts, files: NodeFiles, port: int, restart: list[str],
+               serving: str = "serving") -> Proc:
+    cert, key = certs.files(serving)
     return Proc("node-agent", [
         sys.executable, "-m", "reconciler.nodeagent", "--listen", f"127.0.0.1:{port}", "--tls-cert", cert,
-        "--tls-key", key, "--client-ca", str(certs.dir / "ca.crt"), "--node-name", NODE,
+        "--tls-key", key, "--client-ca", str(certs.client_ca), "--node-name", NODE,
         "--state-dir", str(root / "agent-state"), "--kubelet-kubeconfig", str(files.kubeconfig),
         "--kubelet-ca", str(files.ca), "--kubelet-client-cert", str(files.credential),
         "--restart-command", shlex.join(restart), "--restart-timeout", "40"], root / "agent.log")
+
+
+def static_pod_agent(root: Path, certs: AgentCerts, files: NodeFiles, port: int, restart: list[str]) -> Proc:
+    """The agent as the node runs it: the installer copies the TLS files of the Secret that
+    ``python -m apiservice`` renders and writes the static pod; the container's command and flags are
+    run as they are, listening on loopback only."""
+    [secret] = [s for s in agent_secrets("local", tls.CertDir(certs.dir))
+                if s["metadata"]["name"] == "kosmos-node-agent-tls"]
+    mounted = root / "secret"  # as the kubelet mounts it into the installer
+    mounted.mkdir()
+    for key, value in secret["data"].items():
+        (mounted / key).write_bytes(base64.b64decode(value))
+    (root / "manifests").mkdir()
+    spec = staticpod.AgentPod("unused", NODE, port, root / "agent-tls", root / "agent-state",
+                              KubeletPaths(files.kubeconfig, files.ca, files.credential), shlex.join(restart), 40)
+    staticpod.install(spec, mounted, root / "manifests")
+    pod = yaml.safe_load((root / "manifests" / staticpod.MANIFEST).read_text())
+    [container] = pod["spec"]["containers"]
+    args = [f"--listen=127.0.0.1:{port}" if a.startswith("--listen=") else a for a in container["args"]]
+    return Proc("node-agent", [sys.executable, *container["command"][1:], *args], root / "agent.log")
 
 
 def call(port: int, ctx: ssl.SSLContext, method: str, path: str, body: Any = None,
@@ -178,10 +214,10 @@ def assert_refused_at_tls(port: int, certs: AgentCerts, client: str | None) -> N
             pytest.raises((ssl.SSLError, ConnectionResetError)):
         certs.ssl(client, ssl.TLSVersion.TLSv1_2).wrap_socket(sock)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock, \
-            certs.ssl(client, ssl.TLSVersion.TLSv1_3).wrap_socket(sock) as tls:
-        tls.sendall(f"GET {protocol.STATUS} HTTP/1.1\r\nHost: agent\r\n\r\n".encode())
+            certs.ssl(client, ssl.TLSVersion.TLSv1_3).wrap_socket(sock) as conn:
+        conn.sendall(f"GET {protocol.STATUS} HTTP/1.1\r\nHost: agent\r\n\r\n".encode())
         try:
-            answer = tls.recv(1024)
+            answer = conn.recv(1024)
         except (ssl.SSLError, ConnectionResetError):
             answer = b""
         assert answer == b"", answer
@@ -255,7 +291,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, pki_files: Pki) -> Iterator[
             "--runtime-bin-dir", str(BIN), "--encryption-key-file", str(key),
             "--host-kubeconfig", str(host.admin_kubeconfig), "--leader-elect-lease-duration", "3",
             "--identity", "agent-test", "--node-joiner", "agent", "--node-agent-port", str(port),
-            "--node-agent-ca-file", str(certs.dir / "ca.crt"), "--node-agent-client-cert-file", client_cert,
+            "--node-agent-ca-file", str(certs.agent_ca), "--node-agent-client-cert-file", client_cert,
             "--node-agent-client-key-file", client_key]).start()
         kubectl = Kubectl(api.kubeconfig(root / "admin.kubeconfig"))
         kubectl.run("create", "-f", "-", input=json.dumps(vc(NAME, NS)))
@@ -265,7 +301,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, pki_files: Pki) -> Iterator[
         restart = standin_command(root, files)
         subprocess.run(restart, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60,
                        capture_output=True)  # the node boots: its kubelet registers with the host
-        agent = agent_proc(root, certs, files, port, restart)
+        agent = static_pod_agent(root, certs, files, port, restart)
         w = World(root, host, etcd, key, api, kubectl, files, certs, agent, port, original)
         w.start_agent()
         kubectl.run("wait", f"vc/{NAME}", "-n", NS, "--for=condition=Ready", "--timeout=120s", timeout=150)
@@ -304,7 +340,7 @@ async def clients(world: World) -> AsyncIterator[Clients]:
     tenant_pki = await load_pki(secrets, obj)
     assert tenant_pki is not None
     tenant = admin_client(tenant_pki, obj["status"]["controlPlaneEndpoint"])
-    access = AgentAccess.from_files(world.certs.dir / "ca.crt", *world.certs.files("reconciler"), port=world.port)
+    access = AgentAccess.from_files(world.certs.agent_ca, *world.certs.files("reconciler"), port=world.port)
     try:
         yield Clients(host, secrets, tenant, tenant_pki, AgentJoiner(host, secrets, access))
     finally:
@@ -422,6 +458,7 @@ def test_the_reconciler_promotes_the_node_through_its_agent_and_hands_it_back_on
 async def test_clients_without_the_reconcilers_certificate_are_refused_and_change_nothing(world: World) -> None:
     assert_refused_at_tls(world.port, world.certs, None)
     assert_refused_at_tls(world.port, world.certs, "stranger")
+    assert_refused_at_tls(world.port, world.certs, "serving")  # the key every node holds is no client credential
     async with clients(world) as c:
         body = join_body(c)
     intruder = world.certs.ssl("intruder")
@@ -552,3 +589,36 @@ async def test_a_failing_restart_command_is_reported_as_a_status_and_leave_still
         assert "kubelet.service not found" in agent.tail(100)
     finally:
         agent.stop()
+
+
+async def test_the_joiner_trusts_an_agent_by_the_pinned_name_not_by_the_address_it_dials(
+        world: World, tmp_path: Path) -> None:
+    """A server whose certificate comes from the agent CA but names something else (as any server of a CA
+    reused for agents would) gets no join request: the tenant credential never leaves the joiner."""
+    agent_ca = pki.KeyPair.read(world.certs.dir, tls.AGENT_CA)
+    pki.new_leaf(agent_ca, "kube-apiserver", hosts=["127.0.0.1", "localhost"],
+                 usages=(pki.SERVER_AUTH,)).write(world.certs.dir, "impostor")
+    files = NodeFiles(tmp_path / "node")
+    files.create(world.host)
+    original = files.snapshot()
+    port = free_port()
+    impostor = agent_proc(tmp_path, world.certs, files, port, ["true"], serving="impostor")
+    impostor.start(env={"PYTHONPATH": str(REPO)})
+    try:
+        def serving() -> bool:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            return False
+
+        wait_until(serving, 20, "the impostor agent")
+        with pytest.raises(ssl.SSLCertVerificationError, match="not valid for 'kosmos-node-agent'"):
+            call(port, world.certs.ssl(), "GET", protocol.STATUS)
+        async with clients(world) as c:
+            access = AgentAccess.from_files(world.certs.agent_ca, *world.certs.files("reconciler"), port=port)
+            joiner = AgentJoiner(c.host, c.secrets, access)
+            assert await joiner.join(world.vc(), c.tenant, world.host_node(), None) is False
+        assert files.snapshot() == original
+        assert not (tmp_path / "agent-state" / "state.json").exists()
+    finally:
+        impostor.stop()
