@@ -731,11 +731,88 @@ def _validate(schema: Schema, value: Any, path: str) -> list[Cause]:
         return []
     if not isinstance(value, Mapping):
         return [Problem(FIELD_VALUE_INVALID, value=json_type(value), expected_type="object").cause(path)]
+    if accepts(schema, value):
+        return []
     try:
         schema.load(value)
     except ValidationError as err:
         return _causes(err.messages, schema, path)
     return []
+
+
+_REQUIRED: dict[type[Schema], tuple[str, ...] | None] = {}
+
+
+def accepts(schema: Schema, value: Mapping[str, Any]) -> bool:
+    """Whether loading ``value`` through ``schema`` raises nothing, decided by the same fields and
+    validators without marshmallow's error bookkeeping (several times faster on the write path).
+
+    False means "not sure": marshmallow then loads the value and explains what is wrong. Schemas
+    with hooks (``@validates_schema``) are always left to marshmallow.
+    """
+    cls = type(schema)
+    if cls not in _REQUIRED:
+        field_of(schema, "")  # builds the key index
+        _REQUIRED[cls] = None if schema._hooks else tuple(  # noqa: SLF001 (marshmallow's hook registry)
+            fld.data_key or attr for attr, fld in schema.fields.items() if fld.required)
+    required = _REQUIRED[cls]
+    if required is None or any(key not in value for key in required):
+        return False
+    by_key = _FIELDS_BY_KEY[cls]
+    for key, sub in value.items():
+        fld = by_key.get(key)
+        if fld is not None and not _field_accepts(fld, sub, value):
+            return False
+    return True
+
+
+_KINDS: dict[type[fields.Field], str] = {}
+
+
+def _kind_of(fld: fields.Field) -> str:
+    kind = _KINDS.get(type(fld))
+    if kind is None:
+        kind = _KINDS[type(fld)] = ("object" if isinstance(fld, Obj) else "array" if isinstance(fld, Array) else
+                                    "map" if isinstance(fld, Map) else "leaf" if isinstance(fld, KubeField) else "")
+    return kind
+
+
+def _field_accepts(fld: fields.Field, value: Any, data: Mapping[str, Any]) -> bool:
+    if value is None:
+        return bool(fld.allow_none)
+    kind = _kind_of(fld)
+    try:
+        if kind == "leaf":
+            loaded = fld._deserialize(value, None, data)  # noqa: SLF001 (each kind's own type check)
+        elif kind == "object":
+            if type(value) is not dict or not accepts(fld.schema, value):
+                return False
+            loaded = value
+        elif kind == "array":
+            if type(value) is not list:
+                return False
+            inner = fld.inner  # type: ignore[attr-defined]
+            for item in value:
+                if not _field_accepts(inner, item, data):
+                    return False
+            loaded = value
+        elif kind == "map":
+            if type(value) is not dict:
+                return False
+            keys, values = fld.key_field, fld.value_field  # type: ignore[attr-defined]
+            for k, v in value.items():
+                if (keys is not None and not _field_accepts(keys, k, data)) or \
+                        (values is not None and not _field_accepts(values, v, data)):
+                    return False
+            loaded = value
+        else:
+            return False
+        for validator in fld.validators:
+            if validator(loaded) is False:
+                return False
+        return True
+    except Exception:  # whatever it is, marshmallow's load says it properly
+        return False
 
 
 def _causes(messages: Any, node: Schema | fields.Field | None, path: str) -> list[Cause]:

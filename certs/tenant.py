@@ -31,8 +31,8 @@ _LEAVES: dict[str, tuple[str, str, tuple[str, ...], tuple[x509.ObjectIdentifier,
 
 def apiserver_sans(endpoint_host: str, extra: Iterable[str], service_ip: str) -> list[str]:
     """SANs of the tenant apiserver: its endpoint, external IPs, in-cluster names, loopback."""
-    return [endpoint_host, *extra, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-            "kubernetes.default.svc.cluster.local", service_ip, "127.0.0.1", "localhost"]
+    return list(dict.fromkeys([endpoint_host, *extra, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                               "kubernetes.default.svc.cluster.local", service_ip, "127.0.0.1", "localhost"]))
 
 
 @dataclass(frozen=True)

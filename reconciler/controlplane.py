@@ -90,7 +90,9 @@ class ControlPlaneController:
     async def _pki(self, obj: Obj, runtime: ControlPlaneRuntime, secrets: SecretStore) -> TenantPki:
         meta = obj["metadata"]
         spec = obj.get("spec") or {}
-        sans = tenantpki.apiserver_sans(runtime.endpoint_host(obj), spec.get("externalIps") or [], service_ip())
+        external = [spec["externalIP"]] if spec.get("externalIP") else []
+        sans = tenantpki.apiserver_sans(runtime.endpoint_host(obj), [*external, *(spec.get("externalIps") or [])],
+                                        service_ip())
         current = await load_pki(secrets, obj)
         if current is not None:
             if not current.needs_renewal() and set(sans) <= current.sans():

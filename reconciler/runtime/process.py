@@ -49,6 +49,14 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+def _is_local_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return can_bind(value)
+
+
 def can_bind(host: str) -> bool:
     """Whether this machine owns ``host`` (an address the apiserver could listen on)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
@@ -93,7 +101,11 @@ class ProcessRuntime:
             return None
 
     def endpoint_host(self, vc: Obj) -> str:
-        return (vc.get("spec") or {}).get("externalIP") or "127.0.0.1"
+        """The address the tenant apiserver listens on: externalIP when this machine owns it, else
+        loopback. An externalIP it does not own (a VIP, a NAT address, the examples' dummy IP) is
+        how clients elsewhere reach the apiserver: it goes in the certificate, not in a bind."""
+        external = (vc.get("spec") or {}).get("externalIP") or ""
+        return external if _is_local_ip(external) else "127.0.0.1"
 
     async def owned(self) -> list[tuple[str, str]]:
         if not self.root.exists():
@@ -248,16 +260,9 @@ class ProcessRuntime:
         namespace, name = meta["namespace"], meta["name"]
         base = self.dir(namespace, name)
         host = self.endpoint_host(vc)
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            raise RuntimeFailure("ExternalIPNotAnAddress",
-                                 f"the process runtime listens on an IP address; externalIP {host!r} is a name") from None
-        if not can_bind(host):
-            raise RuntimeFailure("ExternalIPUnavailable",
-                                 f"externalIP {host} is not an address of this machine, so the process runtime "
-                                 f"cannot serve the tenant apiserver on it; use an address this host owns or "
-                                 f"leave externalIP empty")
+        external = (vc.get("spec") or {}).get("externalIP") or ""
+        aside = (f" (externalIP {external} is not an address of this machine: it is in the serving certificate "
+                 f"for clients that reach the apiserver through it)") if external and external != host else ""
         async with self._lock:
             state = self._read_state(namespace, name)
             if state is None or state.get("uid") != meta.get("uid"):
@@ -281,7 +286,7 @@ class ProcessRuntime:
         if serving and rest_alive:
             for component in COMPONENTS:
                 self._health.pop((namespace, name, component), None)
-            return ControlPlaneState(True, "ControlPlaneRunning", f"tenant apiserver ready at {endpoint}",
+            return ControlPlaneState(True, "ControlPlaneRunning", f"tenant apiserver ready at {endpoint}{aside}",
                                      endpoint, ports["apiserver"])
         if problems:
             return ControlPlaneState(False, "ComponentRestarting", "; ".join(problems), endpoint, ports["apiserver"])

@@ -164,13 +164,18 @@ def test_tenants_are_isolated_from_each_other(cp: ControlPlanes) -> None:
     assert out.returncode != 0 and "must be logged in to the server" in out.stderr  # 401 from the new CA
 
 
-def test_unbindable_external_ip_ends_in_a_clear_condition(cp: ControlPlanes) -> None:
+def test_an_external_ip_this_machine_does_not_own_is_in_the_certificate_and_served_on_loopback(
+        cp: ControlPlanes) -> None:
     cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("far", "bad", {"externalIP": "192.0.2.10"})))
-    cp.kubectl.run("wait", "vc/far", "-n", "bad", "--for=jsonpath={.status.reason}=ExternalIPUnavailable",
-                   "--timeout=60s")
-    cond = next(c for c in cp.kubectl.json("get", "vc", "far", "-n", "bad")["status"]["conditions"]
-                if c["type"] == "ControlPlaneReady")
-    assert cond["status"] == "False" and "192.0.2.10" in cond["message"]
+    cp.wait_ready("bad", "far")
+    obj = cp.kubectl.json("get", "vc", "far", "-n", "bad")
+    assert obj["status"]["controlPlaneEndpoint"].startswith("https://127.0.0.1:")
+    cond = next(c for c in obj["status"]["conditions"] if c["type"] == "ControlPlaneReady")
+    assert "externalIP 192.0.2.10 is not an address of this machine" in cond["message"]
+    cert = x509.load_pem_x509_certificate((cp.tenant_dir("bad", "far") / "pki" / "apiserver.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "192.0.2.10" in {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    assert cp.tenant("bad", "far").run("get", "ns", "default", "-o", "name").stdout.strip() == "namespace/default"
     cp.kubectl.run("delete", "vc", "far", "-n", "bad", "--wait", timeout=60)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
 from certs import pki
 from certs.tenant import TenantPki
@@ -142,6 +143,24 @@ def test_the_kosmos_proposal_example_promotes_the_nodes_it_names(host: Kubectl) 
     host.run("delete", "-f", str(EXAMPLES / "kosmos-proposal.yaml"), "--wait", timeout=120)
     assert_returned(host, claimed)
     host.run("delete", "node", "node1", "node2", "node-extra")
+
+
+def test_the_kubenest_example_promotes_the_node_it_names_and_keeps_its_dummy_ip_in_the_certificate(
+        stack: Stack, host: Kubectl) -> None:
+    example = yaml.safe_load((EXAMPLES / "kubenest.yaml").read_text())
+    wanted = example["spec"]["promotePolicies"][0]["labelSelector"]["matchLabels"]["kubernetes.io/hostname"]
+    ns, name = example["metadata"]["namespace"], example["metadata"]["name"]
+    host.run("apply", "-f", "-", input=json.dumps(fake_node(wanted, 3)))
+    host.ensure_namespace(ns)
+    host.run("apply", "-f", str(EXAMPLES / "kubenest.yaml"))
+    wait_phase(host, ns, name, "Completed", timeout=150)
+    assert [n for n, v in claims(host).items() if v == f"{ns}.{name}"] == [wanted]
+    pem = (stack.root / "tenants" / ns / name / "pki" / "apiserver.crt").read_bytes()
+    sans = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert example["spec"]["externalIP"] in {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    host.run("delete", "-f", str(EXAMPLES / "kubenest.yaml"), "--wait", timeout=120)
+    assert_returned(host, [wanted])
+    host.run("delete", "node", wanted)
 
 
 def test_competing_clusters_never_share_a_node_and_the_loser_waits(host: Kubectl) -> None:

@@ -411,3 +411,72 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
     assert set(VirtualClusterStatusSchema().fields) == {
         "phase", "reason", "message", "updateTime", "observedGeneration", "conditions", "controlPlaneEndpoint",
         "port", "nodes"}
+
+
+# --------------------------------------------------------------------------- the fast path
+
+
+ODD_VALUES: list[Any] = [None, 0, -1, 1.5, 2**40, 2**70, True, "", "x", "-1", "10Gi", "1.2.3.4", "a/b", "Ab_",
+                         "z" * 300, [], [None], ["a", "a"], {}, {"k": None}, {"k": "v"}, {"bad key!": "v"}]
+
+
+def _mutations(value: Any, path: tuple[Any, ...] = ()) -> Any:
+    """Every (path, odd value) replacement of every node of ``value``, plus a deletion per key."""
+    yield path, None
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            yield from _mutations(sub, (*path, key))
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            yield from _mutations(sub, (*path, i))
+
+
+def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    copy = dict(value) if isinstance(value, dict) else list(value)
+    copy[path[0]] = _replaced(value[path[0]], path[1:], new)
+    return copy
+
+
+RICH_SPEC: dict[str, Any] = {
+    "externalIP": "10.0.0.1", "externalIps": ["vc.example.com"],
+    "promotePolicies": [{"labelSelector": {"matchLabels": {"zone": "a"}}, "nodeCount": 2}],
+    "promoteResources": {"nodes": ["n1"], "nodeInfos": [{"nodeName": "n2"}], "resources": {"cpu": "8", "memory": 1}},
+    "kubeInKubeConfig": {"apiServerReplicas": 1, "apiServerServiceType": "nodePort", "externalPort": 30443,
+                         "forceDestroy": False, "etcdUnitSize": "1Gi", "clusterCIDR": "10.244.0.0/16"},
+}
+RICH_STATUS: dict[str, Any] = {
+    "phase": "Completed", "reason": "Ready", "message": "m", "updateTime": "2026-11-22T00:00:00Z",
+    "observedGeneration": 1, "controlPlaneEndpoint": "https://127.0.0.1:6443", "port": 6443,
+    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-22T00:00:00Z",
+                    "observedGeneration": 1}],
+    "nodes": [{"name": "n1", "phase": "Ready"}],
+}
+
+
+@pytest.mark.parametrize(("schema_name", "document"), [("spec", RICH_SPEC), ("status", RICH_STATUS)])
+def test_the_fast_path_accepts_only_what_marshmallow_accepts(schema_name: str, document: dict[str, Any]) -> None:
+    """Differential: each node of a valid document replaced by each odd value; whatever the fast path
+    accepts must load cleanly through marshmallow, and what marshmallow accepts the fast path should too."""
+    from apiserver import schema
+
+    loader = schema._SPEC if schema_name == "spec" else schema._STATUS
+    assert schema.accepts(loader, document)
+    disagreements = []
+    checked = 0
+    for path, _ in _mutations(document):
+        for odd in ODD_VALUES:
+            candidate = _replaced(document, path, odd)
+            if not isinstance(candidate, dict):
+                continue
+            try:
+                loader.load(candidate)
+                marshmallow_ok = True
+            except Exception:
+                marshmallow_ok = False
+            checked += 1
+            if schema.accepts(loader, candidate) != marshmallow_ok:
+                disagreements.append((path, odd, marshmallow_ok))
+    assert checked > 300
+    assert disagreements == []
