@@ -85,7 +85,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runtime-dir", default=".local/tenants", help="process runtime: tenant data directories")
     p.add_argument("--runtime-bin-dir", default=".local/bin",
                    help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler are")
-    p.add_argument("--tenant-port-range", default="40000-49999", help="process runtime: ports for tenant components")
+    p.add_argument("--tenant-port-range", default="20000-29999",
+                   help="process runtime: ports for tenant components; keep it outside the kernel's ephemeral "
+                        "range (net.ipv4.ip_local_port_range), where any outgoing connection may take a port "
+                        "between its allocation and its component's start")
     p.add_argument("--node-joiner", default="kwok", choices=["kwok", "agent"],
                    help="how promoted nodes join a tenant: kwok = simulated nodes beside the process runtime "
                         "(playground, tests); agent = each host node's kubelet, re-pointed by the node agent "
@@ -206,8 +209,21 @@ def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> C
                              "--authentication-kubeconfig or in-cluster config")
         return PodsRuntime(host)
     low, _, high = args.tenant_port_range.partition("-")
-    return ProcessRuntime(Path(args.runtime_dir).resolve(), Path(args.runtime_bin_dir).resolve(),
-                          (int(low), int(high)))
+    ports = (int(low), int(high))
+    ephemeral = ephemeral_port_range()
+    if ephemeral and ports[0] <= ephemeral[1] and ephemeral[0] <= ports[1]:
+        log.warning("--tenant-port-range %s overlaps the kernel's ephemeral ports %d-%d: an outgoing connection "
+                    "can take a tenant component's port before it starts", args.tenant_port_range, *ephemeral)
+    return ProcessRuntime(Path(args.runtime_dir).resolve(), Path(args.runtime_bin_dir).resolve(), ports)
+
+
+def ephemeral_port_range() -> tuple[int, int] | None:
+    """The ports the kernel hands to outgoing connections (Linux), if it says."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
 
 
 def build_joiner(args: argparse.Namespace, state: ServerState) -> NodeJoiner | None:

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import random
 import re
-import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -20,13 +20,13 @@ from multidict import CIMultiDict
 
 from . import errors, wire
 from .registry import ListOptions, Registry, Result, WriteOptions, load_body, parse_int64, parse_list_options
-from .watchcache import BOOKMARK, ERROR, Entry, Event
+from .watchcache import BOOKMARK, ERROR, Entry, Event, Watcher
 
 log = logging.getLogger(__name__)
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 MIN_REQUEST_TIMEOUT = 1800  # seconds; watches without timeoutSeconds last 1-2x this, as in kube
-WATCH_IDLE_CHECK = 2.0
+WATCH_SWEEP = 0.25  # seconds between the watchdog's looks at every open watch
 WATCH_WRITE_TIMEOUT = 10.0  # a client that does not read for this long loses its watch (bounded memory)
 
 
@@ -73,6 +73,7 @@ class ResourceHandlers:
         self.strategy = registry.strategy
         self.info = registry.info
         self._on_watch_change = on_watch_change or (lambda delta: None)
+        self._watchdog = _Watchdog()
 
     # -- rendering -------------------------------------------------------------------
 
@@ -252,27 +253,19 @@ class ResourceHandlers:
         self._on_watch_change(1)
         include = wire.include_object(query) if target.is_table else "Metadata"
         encoder = _EventEncoder(self, target, include)
+        loop = asyncio.get_running_loop()
+        stream = _Stream(asyncio.current_task(), watcher, request, loop.time() + timeout)  # type: ignore[arg-type]
+        self._watchdog.add(stream)
         try:
             chunk = b"".join(encoder.encode(ev) for ev in backlog)
             if send_initial and initial_rv is not None:
                 chunk += encoder.bookmark(initial_rv, {INITIAL_EVENTS_END: "true"})
             if chunk:
-                await resp.write(chunk)
-            deadline = time.monotonic() + timeout
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                if watcher.queue.empty():
-                    try:  # a timeout scope, not wait_for: no task per event on a busy stream
-                        async with asyncio.timeout(min(remaining, WATCH_IDLE_CHECK)):
-                            ev = await watcher.queue.get()
-                    except TimeoutError:
-                        if request.transport is None or request.transport.is_closing():
-                            break
-                        continue
-                else:
-                    ev = watcher.queue.get_nowait()
+                await stream.write(resp, chunk)
+            while loop.time() < stream.deadline:
+                # No timer per event: the watchdog wakes this stream (None) when its time is up or its
+                # client has gone, and cancels a write its client does not take in time.
+                ev = watcher.queue.get_nowait() if not watcher.queue.empty() else await watcher.queue.get()
                 if ev is None:
                     break
                 parts = [encoder.encode(ev)]
@@ -281,22 +274,75 @@ class ResourceHandlers:
                     if nxt is None:
                         break
                     parts.append(encoder.encode(nxt))
-                try:
-                    async with asyncio.timeout(WATCH_WRITE_TIMEOUT):
-                        await resp.write(b"".join(parts))
-                except TimeoutError:
-                    log.info("closing a watch whose client stopped reading")
-                    break
+                await stream.write(resp, b"".join(parts))
                 if watcher.closed_reason and watcher.queue.empty():
                     break
         except (ConnectionResetError, asyncio.CancelledError):
-            pass
+            if stream.expired:
+                stream.task.uncancel()  # our own cancellation, not the server's or aiohttp's
         finally:
+            self._watchdog.discard(stream)
             self.registry.store.cache.stop_watching(watcher)
             self._on_watch_change(-1)
+        if stream.expired:
+            log.info("closing a watch whose client stopped reading")
+            if request.transport is not None:
+                request.transport.abort()  # drop what it never read
+            return resp
         with contextlib.suppress(ConnectionResetError):
             await resp.write_eof()
         return resp
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One open watch response, as the watchdog sees it."""
+
+    task: asyncio.Task[Any]
+    watcher: Watcher
+    request: web.Request
+    deadline: float  # loop time at which timeoutSeconds is over
+    writing_until: float = 0.0  # while a write is in flight: when it must have been taken
+    expired: bool = False  # cut off for not reading
+
+    async def write(self, resp: web.StreamResponse, data: bytes) -> None:
+        self.writing_until = asyncio.get_running_loop().time() + WATCH_WRITE_TIMEOUT
+        try:
+            await resp.write(data)
+        finally:
+            self.writing_until = 0.0
+
+
+class _Watchdog:
+    """One timer for every open watch stream instead of one per event: ends streams whose
+    ``timeoutSeconds`` is over or whose client has gone, and cancels a stream whose client has not
+    taken a write for ``WATCH_WRITE_TIMEOUT`` (what it never reads is then dropped: bounded memory)."""
+
+    def __init__(self) -> None:
+        self._streams: set[_Stream] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, stream: _Stream) -> None:
+        self._streams.add(stream)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="watch-watchdog")
+
+    def discard(self, stream: _Stream) -> None:
+        self._streams.discard(stream)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._streams:
+            await asyncio.sleep(WATCH_SWEEP)
+            now = loop.time()
+            for stream in list(self._streams):
+                if stream.writing_until and now >= stream.writing_until:
+                    stream.expired = True
+                    stream.task.cancel()
+                    self._streams.discard(stream)
+                elif now >= stream.deadline or stream.request.transport is None \
+                        or stream.request.transport.is_closing():
+                    stream.watcher.close("the watch is over")
 
 
 class _EventEncoder:

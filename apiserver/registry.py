@@ -299,7 +299,8 @@ class Registry:
     # -- reads -----------------------------------------------------------------------
 
     async def get(self, namespace: str, name: str, resource_version: str = "") -> Obj:
-        return (await self.get_entry(namespace, name, resource_version)).obj
+        """A private copy of the object: the caller may change it (the cache's copy is shared)."""
+        return orjson.loads((await self.get_entry(namespace, name, resource_version)).json())
 
     async def get_entry(self, namespace: str, name: str, resource_version: str = "") -> Entry:
         """One object: ``resourceVersion=0`` any cached state, otherwise the current one.

@@ -80,7 +80,7 @@ class ProcessRuntime:
 
     root: Path
     bin_dir: Path
-    port_range: tuple[int, int] = (40000, 49999)
+    port_range: tuple[int, int] = (20000, 29999)  # below the kernel's ephemeral ports
     name: str = "process"
     _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
