@@ -753,7 +753,8 @@ def accepts(schema: Schema, value: Mapping[str, Any]) -> bool:
     cls = type(schema)
     if cls not in _REQUIRED:
         field_of(schema, "")  # builds the key index
-        _REQUIRED[cls] = None if schema._hooks else tuple(  # noqa: SLF001 (marshmallow's hook registry)
+        hooked = any(schema._hooks.values())  # noqa: SLF001 (marshmallow's hook registry; a defaultdict)
+        _REQUIRED[cls] = None if hooked else tuple(
             fld.data_key or attr for attr, fld in schema.fields.items() if fld.required)
     required = _REQUIRED[cls]
     if required is None or any(key not in value for key in required):

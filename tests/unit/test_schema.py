@@ -480,3 +480,4 @@ def test_the_fast_path_accepts_only_what_marshmallow_accepts(schema_name: str, d
                 disagreements.append((path, odd, marshmallow_ok))
     assert checked > 300
     assert disagreements == []
+    assert schema.accepts(loader, document)  # still fast once marshmallow has loaded (and filled its hook table)
