@@ -210,11 +210,17 @@ class ProcessRuntime:
     def alive(self, pid: int, base: Path) -> bool:
         """Alive and ours: a recycled pid running something else does not count."""
         child = self._children.get(pid)
-        if child is not None and child.poll() is not None:  # reaps our own exited children
+        if child is not None:
+            # Our own child: alive until reaped, and its pid cannot be recycled before that. (Just
+            # after spawning, /proc/<pid>/cmdline can still be empty while the exec completes.)
+            if child.poll() is None:
+                return True
             del self._children[pid]
             return False
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if not cmdline:  # in the middle of its exec: spawn() starts every component in its tenant's dir
+                cmdline = os.readlink(f"/proc/{pid}/cwd").encode() + b"/"
         except OSError:
             return False
         if str(base).encode() not in cmdline:
