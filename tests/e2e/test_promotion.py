@@ -188,7 +188,10 @@ def test_competing_clusters_never_share_a_node_and_the_loser_waits(host: Kubectl
         host.run("create", "-f", "-", input=json.dumps(vc("first", ns, policy(4))))
         wait_phase(host, ns, "first", "Completed")
         host.run("create", "-f", "-", input=json.dumps(vc("second", ns, policy(4))))
-        wait_phase(host, ns, "second", "Pending")
+        # Pending with the shortage (a new cluster is briefly Pending before its control plane is built, too).
+        host.run("wait", "vc/second", "-n", ns, "--for=jsonpath={.status.reason}=InsufficientNodes", "--timeout=120s",
+                 timeout=150)
+        assert host.json("get", "vc", "second", "-n", ns)["status"]["phase"] == "Pending"
         message = host.json("get", "vc", "second", "-n", ns)["status"]["message"]
         assert "needs 4 node(s)" in message and "2 free" in message, message
         host.run("delete", "vc", "first", "-n", ns, "--wait", timeout=120)
