@@ -9,7 +9,6 @@ into place: the kubelet never reads half a file, and a crash leaves either the o
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ..fileio import remove, symlink_atomic, write_atomic
 
 PRIVATE = 0o600
 PUBLIC = 0o644
@@ -33,51 +34,6 @@ class KubeletPaths:
 
     def all(self) -> tuple[Path, ...]:
         return self.kubeconfig, self.ca, self.credential
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _temporary(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
-def write_atomic(path: Path, data: bytes, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)  # the umask may have narrowed it
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def symlink_atomic(path: Path, target: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
-    tmp.unlink(missing_ok=True)
-    os.symlink(target, tmp)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def remove(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-        _fsync_dir(path.parent)
 
 
 class Backup:

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .files import PRIVATE, remove, write_atomic
+from ..fileio import remove, write_atomic
+from .files import PRIVATE
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,9 @@ from typing import Any
 
 import yaml
 
+from ..fileio import remove, write_atomic
 from . import CLIENT_CN, DEFAULT_PORT
-from .files import PRIVATE, PUBLIC, KubeletPaths, remove, stale, write_atomic
+from .files import PRIVATE, PUBLIC, KubeletPaths, stale
 from .state import StateFile
 
 log = logging.getLogger("node-agent-installer")

@@ -30,6 +30,7 @@ import aiohttp
 from certs import pki as pkilib
 from certs.tenant import TenantPki
 
+from ..fileio import write_if_changed
 from .base import ControlPlaneState, Obj, RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -137,22 +138,16 @@ class ProcessRuntime:
     # -- files -----------------------------------------------------------------------
 
     def write_pki(self, base: Path, tenant: TenantPki, server: str) -> None:
+        """Every reconcile writes these, while components may be (re)starting and reading them: a file
+        is only replaced when its content changes, and then atomically."""
         pki_dir = base / "pki"
         pki_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for filename, pem in tenant.files.items():
-            path = pki_dir / filename
-            if path.exists() and path.read_bytes() == pem:
-                continue
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(pem)
+            write_if_changed(pki_dir / filename, pem, 0o600)
         ca = tenant.files["ca.crt"]
         for stem in ("controller-manager", "scheduler", "admin"):
             config = pkilib.kubeconfig(server, ca, stem, tenant.files[f"{stem}.crt"], tenant.files[f"{stem}.key"])
-            path = base / f"{stem}.kubeconfig"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(config, f)
+            write_if_changed(base / f"{stem}.kubeconfig", json.dumps(config).encode(), 0o600)
 
     def commands(self, base: Path, ports: dict[str, int], bind: str) -> dict[str, list[str]]:
         p = base / "pki"
