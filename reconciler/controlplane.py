@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from apiserver import errors
@@ -23,7 +23,7 @@ from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 
 from .nodes import NodePromoter
-from .runtime.base import ControlPlaneRuntime, RuntimeFailure
+from .runtime.base import ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
 from .runtime.process import SERVICE_CIDR
 from .selection import requests_nodes
 from .status import StatusWriter, get_condition, patch_object
@@ -39,6 +39,8 @@ NO_PROMOTION_REASON = "NodePromotionUnavailable"
 POLL = 0.25  # seconds between readiness checks while a control plane starts
 HEALTH_CHECK = 5.0  # seconds between checks of a ready control plane
 NODE_POLL = 1.0  # seconds between passes while nodes join
+READINESS_FAILURES = 3  # consecutive unanswered checks before a ready control plane is reported unready
+READINESS_RECHECK = 1.0  # seconds until the next check after an unanswered one
 
 
 @dataclass
@@ -70,6 +72,7 @@ class ControlPlaneController:
         self.runtime = runtime
         self.secrets = secrets
         self.events = events
+        self._unanswered: dict[str, int] = {}  # by uid: consecutive unanswered checks of a ready control plane
 
     async def reconcile(self, namespace: str, name: str) -> None:
         try:
@@ -119,6 +122,7 @@ class ControlPlaneController:
         try:
             pki = await self._pki(obj, runtime, secrets)
             state = await runtime.ensure(obj, pki)
+            state = self._tolerate_a_missed_check(obj, state, cp_ready)
             if state.ready and (cp_ready is None or cp_ready.get("status") != "True"):
                 await bootstrap_tenant(pki, state.endpoint)
         except RuntimeFailure as e:
@@ -158,6 +162,26 @@ class ControlPlaneController:
         if writer.status.get("phase") == "Completed":
             raise Requeue(HEALTH_CHECK)  # a ready control plane is still watched: crashed components come back
         raise Requeue(NODE_POLL)  # nodes are still joining, draining or awaited
+
+    def _tolerate_a_missed_check(self, obj: Obj, state: ControlPlaneState, cp_ready: Obj | None) -> ControlPlaneState:
+        """A ready control plane whose components all run stays ready until its apiserver misses
+        ``READINESS_FAILURES`` checks in a row, and is then reported as not answering until it does;
+        a crashed component is reported at once."""
+        uid = obj["metadata"].get("uid", "")
+        misses = self._unanswered.get(uid)
+        was_ready = cp_ready is not None and cp_ready.get("status") == "True"
+        if state.ready or not state.unanswered or (misses is None and not was_ready):
+            self._unanswered.pop(uid, None)
+            return state
+        misses = self._unanswered[uid] = (misses or 0) + 1
+        if misses < READINESS_FAILURES:
+            meta = obj["metadata"]
+            log.info("tenant apiserver of %s/%s did not answer its readiness check (%d of %d)",
+                     meta["namespace"], meta["name"], misses, READINESS_FAILURES)
+            raise Requeue(READINESS_RECHECK)
+        return replace(state, reason="ApiserverUnreachable",
+                       message=f"the tenant apiserver at {state.endpoint} stopped answering its readiness checks "
+                               f"({READINESS_FAILURES} missed in a row); its components are running")
 
     async def _promote_or_back_off(self, obj: Obj, writer: StatusWriter, pki: TenantPki, endpoint: str,
                                    nodes: NodePromoter) -> None:
@@ -240,6 +264,7 @@ class ControlPlaneController:
 
     async def _delete(self, obj: Obj) -> None:
         meta = obj["metadata"]
+        self._unanswered.pop(meta.get("uid", ""), None)
         if FINALIZER not in (meta.get("finalizers") or []):
             return
         if (obj.get("status") or {}).get("phase") != "Deleting":

@@ -133,3 +133,31 @@ def vc(name: str, namespace: str, spec: dict[str, Any] | None = None, **meta: An
     """A VirtualCluster manifest."""
     return {"apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
             "metadata": {"name": name, "namespace": namespace, **meta}, "spec": spec or {}}
+
+
+def tenant_processes(base: Path) -> dict[int, str]:
+    """Live processes (pid -> program name) whose command line points into a tenant's directory."""
+    marker = str(base).encode() + b"/"
+    found: dict[int, str] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmdline and state != "Z":
+            found[int(proc.name)] = Path(cmdline.split(b"\0")[0].decode()).name
+    return found
+
+
+def process_stack(root: Path, nodes: int, lease_seconds: int) -> Iterator[Stack]:
+    """A host with ``nodes`` kwok nodes and a vc-apiserver building tenant control planes as processes."""
+    stack = Stack(root, StackPorts.free(), runtime="process",
+                  extra_args=["--leader-elect-lease-duration", str(lease_seconds)])
+    try:
+        stack.up(nodes=nodes)
+        yield stack
+    finally:
+        stack.down()

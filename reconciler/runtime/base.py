@@ -19,6 +19,10 @@ class ControlPlaneState:
     message: str
     endpoint: str = ""  # https://host:port of the tenant apiserver, once known
     port: int = 0
+    # Every component runs; only the apiserver's readiness check went unanswered. Under load that
+    # can be one slow answer rather than an outage, so a ready control plane is not declared
+    # unready on one such miss (kube's probes have a failureThreshold for the same reason).
+    unanswered: bool = False
 
 
 class RuntimeFailure(Exception):

@@ -590,7 +590,8 @@ class PodsRuntime:
             await client.close()
         pods = await self._list("Pod", plan.namespace, plan.selector)
         reason, summary = _pods_summary(pods)
-        return ControlPlaneState(False, reason, f"{answer}; {summary}", endpoint, port)
+        running = bool(pods) and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+        return ControlPlaneState(False, reason, f"{answer}; {summary}", endpoint, port, unanswered=running)
 
 
 def _kubeconfig(pki: TenantPki, stem: str, server: str, tls_server_name: str | None) -> str:

@@ -292,7 +292,7 @@ class ProcessRuntime:
         if problems:
             return ControlPlaneState(False, "ComponentRestarting", "; ".join(problems), endpoint, ports["apiserver"])
         return ControlPlaneState(False, "Starting", f"waiting for the tenant control plane at {endpoint}",
-                                 endpoint, ports["apiserver"])
+                                 endpoint, ports["apiserver"], unanswered=core_alive and not serving)
 
     def _supervise(self, namespace: str, name: str, base: Path, commands: dict[str, list[str]],
                    components: tuple[str, ...], problems: list[str]) -> bool:

@@ -25,9 +25,9 @@ import pytest
 from apiserver.keys import KeyLayout
 from apiserver.resource import VIRTUALCLUSTERS
 from certs import pki
-from hack.harness import Stack, StackPorts
+from hack.harness import Stack
 from reconciler.selection import CLAIM_LABEL
-from tests.conftest import Kubectl, vc
+from tests.conftest import Kubectl, process_stack, tenant_processes, vc
 
 pytestmark = pytest.mark.e2e
 
@@ -46,13 +46,7 @@ SPAN = {"create": 6.0, "delete": 0.8, "scale": 0.8, "kubeconfig": 1.0}
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(tmp_path_factory.mktemp("chaos"), StackPorts.free(), runtime="process",
-              extra_args=["--leader-elect-lease-duration", str(LEASE)])
-    try:
-        s.up(nodes=NODES)
-        yield s
-    finally:
-        s.down()
+    yield from process_stack(tmp_path_factory.mktemp("chaos"), NODES, LEASE)
 
 
 @pytest.fixture(scope="module")
@@ -84,20 +78,8 @@ def host_nodes(host: Kubectl) -> list[dict[str, Any]]:
 
 
 def components(base: Path) -> Counter[str]:
-    """Live processes per component whose command line points into a tenant's directory."""
-    marker = str(base).encode() + b"/"
-    found: Counter[str] = Counter()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in cmdline and state != "Z":
-            found[Path(cmdline.split(b"\0")[0].decode()).name] += 1
-    return found
+    """Live processes per component in a tenant's directory."""
+    return Counter(tenant_processes(base).values())
 
 
 def converged(stack: Stack, host: Kubectl, ns: str, wanted: dict[str, int]) -> str:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime as dt
 import json
 import os
 import signal
 import socket
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ from apiserver.etcd import EtcdClient, EtcdConfig, prefix_end
 from apiserver.keys import secret_key
 from apiserver.secrets import generate_key_file
 from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
-from tests.conftest import EXAMPLES, Kubectl, start_etcd, vc
+from tests.conftest import EXAMPLES, Kubectl, start_etcd, tenant_processes, vc
 
 pytestmark = pytest.mark.e2e
 
@@ -57,18 +59,7 @@ class ControlPlanes:
 
 def running_components(base: Path) -> list[int]:
     """Pids of live processes whose command line points into a tenant's directory."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if str(base).encode() in cmdline and state != "Z":
-            found.append(int(proc.name))
-    return found
+    return list(tenant_processes(base))
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +226,62 @@ def test_a_crashed_tenant_apiserver_is_restarted_and_reported(cp: ControlPlanes)
              if int((base / f"{c}.pid").read_text()) in running_components(base)}
     assert len(alive) == 4, (alive, [(base / "logs" / f"{c}.log").read_text()[-500:] for c in
                                      {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} - alive])
+
+
+@contextlib.contextmanager
+def _ready_conditions_seen(cp: ControlPlanes, namespace: str, name: str) -> Iterator[list[dict]]:
+    """Every Ready condition the object passes through inside the block (a watch sees every version)."""
+    watch = subprocess.Popen([BIN / "kubectl", "--kubeconfig", str(cp.kubectl.kubeconfig), "get", f"vc/{name}",
+                              "-n", namespace, "--watch", "-o", "json"], stdout=subprocess.PIPE, text=True)
+    seen: list[dict] = []
+    try:
+        time.sleep(1.0)  # the watch is established
+        yield seen
+        time.sleep(1.0)  # the last change is delivered
+    finally:
+        watch.terminate()
+        out, _ = watch.communicate(timeout=10)
+    seen += [c for obj in _json_stream(out) for c in obj["status"]["conditions"] if c["type"] == "Ready"]
+
+
+def _json_stream(text: str) -> Iterator[dict]:
+    decoder, index = json.JSONDecoder(), 0
+    while index < len(text):
+        if text[index].isspace():
+            index += 1
+            continue
+        obj, index = decoder.raw_decode(text, index)
+        yield obj
+
+
+def test_a_tenant_apiserver_that_stops_answering_is_reported_after_repeated_misses_not_after_one(
+        cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("paused", "pause")))
+    cp.wait_ready("pause", "paused")
+    pid = int((cp.tenant_dir("pause", "paused") / "kube-apiserver.pid").read_text())
+    # A 7 s stall. A check misses when the apiserver is stopped for its whole 2 s wait; checks come
+    # every 5 s, and 3 s after a miss. So at least one check misses, and never three in a row.
+    with _ready_conditions_seen(cp, "pause", "paused") as seen:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(7.0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(4.0)
+    assert seen and all(c["status"] == "True" for c in seen), seen
+
+    os.kill(pid, signal.SIGSTOP)  # a long one: reported, with why
+    try:
+        cp.kubectl.run("wait", "vc/paused", "-n", "pause", "--for=condition=Ready=False", "--timeout=60s",
+                       timeout=90)
+        ready = next(c for c in cp.kubectl.json("get", "vc/paused", "-n", "pause")["status"]["conditions"]
+                     if c["type"] == "Ready")
+        assert ready["reason"] == "ApiserverUnreachable", ready
+        assert "stopped answering its readiness checks" in ready["message"], ready
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    cp.wait_ready("pause", "paused", timeout="60s")
+    assert int((cp.tenant_dir("pause", "paused") / "kube-apiserver.pid").read_text()) == pid  # never restarted
 
 
 def test_killed_vc_apiserver_converges_while_preparing_and_while_deleting(cp: ControlPlanes) -> None:

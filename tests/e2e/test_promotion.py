@@ -17,9 +17,9 @@ from cryptography import x509
 
 from certs import pki
 from certs.tenant import TenantPki
-from hack.harness import Stack, StackPorts, fake_node
+from hack.harness import Stack, fake_node
 from reconciler.selection import CLAIM_LABEL
-from tests.conftest import EXAMPLES, Kubectl, vc
+from tests.conftest import EXAMPLES, Kubectl, process_stack, vc
 
 pytestmark = pytest.mark.e2e
 
@@ -29,13 +29,7 @@ NODES = 6
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(tmp_path_factory.mktemp("promotion"), StackPorts.free(), runtime="process",
-              extra_args=["--leader-elect-lease-duration", "5"])
-    try:
-        s.up(nodes=NODES)
-        yield s
-    finally:
-        s.down()
+    yield from process_stack(tmp_path_factory.mktemp("promotion"), NODES, 5)
 
 
 @pytest.fixture(scope="module")
