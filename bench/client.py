@@ -33,12 +33,12 @@ class RequestFailed(RuntimeError):
     pass
 
 
-def collection(namespace: str | None = None) -> str:
-    return f"{GV}/namespaces/{namespace}/{VC.resource}" if namespace else f"{GV}/{VC.resource}"
+def collection(namespace: str | None = None, gv: str = GV) -> str:
+    return f"{gv}/namespaces/{namespace}/{VC.resource}" if namespace else f"{gv}/{VC.resource}"
 
 
-def item(namespace: str, name: str, subresource: str = "") -> str:
-    return f"{collection(namespace)}/{name}" + (f"/{subresource}" if subresource else "")
+def item(namespace: str, name: str, subresource: str = "", gv: str = GV) -> str:
+    return f"{collection(namespace, gv)}/{name}" + (f"/{subresource}" if subresource else "")
 
 
 def namespace_name(index: int) -> str:

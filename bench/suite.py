@@ -42,12 +42,14 @@ async def run(scale: Scale, workdir: Path, extra: list[tuple[str, Path]] | None 
     lab = Lab(workdir, namespaces)
     failures: dict[str, str] = {}
     try:
-        targets = lab.start()
+        targets, floors = lab.start(), []
         if via_aggregator:
-            targets.append(start_via_aggregator(lab, lab.etcd_urls["ours"], namespaces))
+            via, floor = start_via_aggregator(lab, lab.etcd_urls["ours"], namespaces)
+            targets.append(via)
+            floors.append(floor)
         targets += [target_from_kubeconfig(name, path, workdir, "ours") for name, path in extra or []]
-        log("servers up: " + ", ".join(f"{t.name} {t.url}" for t in targets))
-        b = Bench(scale, targets)
+        log("servers up: " + ", ".join(f"{t.name} {t.url}{t.api}" for t in targets + floors))
+        b = Bench(scale, targets, floors)
         b.open()
         try:
             await warm_up(b)
@@ -77,6 +79,6 @@ async def run(scale: Scale, workdir: Path, extra: list[tuple[str, Path]] | None 
             "finished": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "duration_s": time.monotonic() - started, "scale": scale.as_dict(),
             "versions": {"kubernetes": kube_version(), "etcd": etcd_version()},
-            "targets": [{"name": t.name, "description": t.description, "url": t.url} for t in targets],
+            "targets": [{"name": t.name, "description": t.description, "url": t.url + t.api} for t in targets + floors],
             "failures": failures, "source": source_state()}
     return b.results, meta

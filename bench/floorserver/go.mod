@@ -1,0 +1,3 @@
+module kosmos.io/vc-apiserver/bench/floor
+
+go 1.25
