@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -50,7 +51,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    """A killed run (``kill``, a CI timeout) stops its servers as Ctrl-C does: through the finally blocks."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     args = parse_args(argv)
     scale = config.from_args(args)
     only = {s.strip() for s in args.only.split(",") if s.strip()} or None
