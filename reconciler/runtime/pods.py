@@ -590,8 +590,8 @@ class PodsRuntime:
             await client.close()
         pods = await self._list("Pod", plan.namespace, plan.selector)
         reason, summary = _pods_summary(pods)
-        running = bool(pods) and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
-        return ControlPlaneState(False, reason, f"{answer}; {summary}", endpoint, port, unanswered=running)
+        return ControlPlaneState(False, reason, f"{answer}; {summary}", endpoint, port,
+                                 unanswered=_all_running(pods))
 
 
 def _kubeconfig(pki: TenantPki, stem: str, server: str, tls_server_name: str | None) -> str:
@@ -650,6 +650,10 @@ def _pod_problem(pod: Obj) -> tuple[str, bool]:
     return status.get("phase", "Pending"), False
 
 
+def _all_running(pods: list[Obj]) -> bool:
+    return bool(pods) and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+
 def _pods_summary(pods: list[Obj]) -> tuple[str, str]:
     """(reason, message) from the host pods' state: what is running, and what is wrong with the rest."""
     if not pods:
@@ -673,7 +677,6 @@ def _pods_summary(pods: list[Obj]) -> tuple[str, str]:
         return "ComponentFailing", summary
     if waiting_since > STARTUP_GRACE:
         return "PodsNotRunning", summary
-    if all((p.get("status") or {}).get("phase") == "Running" for p in pods) and \
-            max(_age(p) for p in pods) > STARTUP_GRACE:
+    if _all_running(pods) and max(_age(p) for p in pods) > STARTUP_GRACE:
         return "ApiserverUnreachable", summary
     return "Starting", summary
