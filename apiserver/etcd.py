@@ -1,4 +1,4 @@
-"""An etcd v3 client over etcd's JSON gateway, on one aiohttp session.
+"""An etcd v3 client over etcd's JSON gateway, on pooled keep-alive connections (:mod:`.etcdhttp`).
 
 The gateway speaks base64 keys/values and int64-as-string; default values are
 omitted (no ``kvs`` = none, no ``succeeded`` = false). Failures are mapped to three
@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
+
+from .etcdhttp import Endpoint, GatewayConnections
 
 log = logging.getLogger(__name__)
 
@@ -184,42 +185,41 @@ LatencyObserver = Callable[[str, float, bool], None]
 
 
 class EtcdClient:
-    """One aiohttp session to an etcd cluster; fails over between endpoints."""
+    """A client of an etcd cluster; fails over between endpoints."""
 
     def __init__(self, config: EtcdConfig, observe: LatencyObserver | None = None) -> None:
         if not config.endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self.config = config
-        self._endpoints = [e.rstrip("/") for e in config.endpoints]
+        self._endpoints = [Endpoint.parse(e) for e in config.endpoints]
         self._current = 0
         self._observe = observe
-        self._session: aiohttp.ClientSession | None = None
-        self._ssl: ssl.SSLContext | bool = self._ssl_context(config)
+        self._ssl = self._ssl_context(config)
+        self._http: GatewayConnections | None = None
 
     @staticmethod
-    def _ssl_context(config: EtcdConfig) -> ssl.SSLContext | bool:
+    def _ssl_context(config: EtcdConfig) -> ssl.SSLContext | None:
         if not any(e.startswith("https://") for e in config.endpoints):
-            return False
+            return None
         ctx = ssl.create_default_context(cafile=config.cafile)
         if config.certfile:
             ctx.load_cert_chain(config.certfile, config.keyfile)
         return ctx
 
     async def start(self) -> None:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=64, ssl=self._ssl)
-            self._session = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
+        if self._http is None:
+            self._http = GatewayConnections(self._ssl, self.config.connect_timeout)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
+    def http(self) -> GatewayConnections:
+        if self._http is None:
             raise RuntimeError("EtcdClient.start() was not awaited")
-        return self._session
+        return self._http
 
     # -- transport -------------------------------------------------------------------
 
@@ -227,17 +227,14 @@ class EtcdClient:
         """POST to the current endpoint, trying the others on connection failure."""
         op = path.rsplit("/", 1)[-1]
         total = timeout if timeout is not None else self.config.request_timeout
-        client_timeout = aiohttp.ClientTimeout(total=total, sock_connect=self.config.connect_timeout)
+        payload = orjson.dumps(body)
         last_error: Exception | None = None
         started = time.perf_counter()
         for attempt in range(len(self._endpoints)):
             endpoint = self._endpoints[(self._current + attempt) % len(self._endpoints)]
             try:
-                async with self.session.post(endpoint + path, data=orjson.dumps(body),
-                                             timeout=client_timeout) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                status, raw = await self.http.call(endpoint, path, payload, total)
+            except (TimeoutError, OSError) as e:  # GatewayError is a ConnectionError
                 last_error = e
                 continue
             self._current = (self._current + attempt) % len(self._endpoints)
@@ -366,19 +363,18 @@ class EtcdClient:
             req["prev_kv"] = True
         if progress_notify:
             req["progress_notify"] = True
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout)
         endpoint = self._endpoints[self._current]
         try:
-            resp = await self.session.post(endpoint + "/v3/watch", data=orjson.dumps({"create_request": req}),
-                                           timeout=timeout)
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            status, stream = await self.http.stream(endpoint, "/v3/watch", orjson.dumps({"create_request": req}),
+                                                    self.config.request_timeout)
+        except (TimeoutError, OSError) as e:
             self._current = (self._current + 1) % len(self._endpoints)
-            raise EtcdUnavailable(f"etcd watch failed: {type(e).__name__}: {e}") from e
+            raise EtcdUnavailable(f"etcd watch failed: {type(e).__name__}: {e}".rstrip(": ")) from e
         try:
-            if resp.status != 200:
-                self._decode(await resp.read(), resp.status)
+            if status != 200:
+                self._decode(await self.http.read_all(stream), status)
             buffer = b""
-            async for chunk in resp.content.iter_any():
+            async for chunk in stream.chunks():
                 buffer += chunk
                 while (newline := buffer.find(b"\n")) >= 0:
                     line, buffer = buffer[:newline], buffer[newline + 1:]
@@ -388,10 +384,10 @@ class EtcdClient:
                     yield parsed
                     if parsed.canceled:
                         return
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+        except (TimeoutError, OSError) as e:
             raise EtcdUnavailable(f"etcd watch stream broke: {type(e).__name__}: {e}") from e
         finally:
-            resp.close()
+            self.http.release(stream)
 
     @staticmethod
     def _parse_watch_line(line: bytes) -> WatchResponse:

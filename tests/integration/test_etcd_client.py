@@ -1,8 +1,12 @@
-"""The etcd client against real members: failover between endpoints, and mutual TLS as deploy/cluster runs it."""
+"""The etcd client against real members: its keep-alive transport, failover between endpoints, and mutual
+TLS as deploy/cluster runs it."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import ssl
+import subprocess
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -10,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from apiserver import etcdhttp
 from apiserver.etcd import EtcdClient, EtcdConfig, EtcdUnavailable, prefix_end
 from certs import pki
 from hack.harness import Etcd, Proc, binary, free_port, wait_until
@@ -68,6 +73,75 @@ async def _client(config: EtcdConfig) -> AsyncIterator[EtcdClient]:
         yield client
     finally:
         await client.close()
+
+
+def _connections_to(url: str) -> int:
+    """This process's established TCP connections to ``url``'s port (etcd's gateway has its own)."""
+    port = url.rsplit(":", 1)[1]
+    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( dport = :{port} )"], capture_output=True,
+                         text=True, check=True).stdout
+    return sum(f"pid={os.getpid()}," in line for line in out.splitlines())
+
+
+async def test_sequential_calls_share_one_kept_alive_connection(tmp_path: Path) -> None:
+    server = start_etcd(tmp_path, "etcd")
+    try:
+        async for c in _client(EtcdConfig([server.url])):
+            for i in range(50):
+                await c.put(f"/client/seq/{i}", b"v")
+                assert (await c.get(f"/client/seq/{i}")) is not None
+            assert _connections_to(server.url) == 1
+    finally:
+        server.stop()
+
+
+async def test_concurrent_calls_each_get_an_answer_of_their_own(plain: Etcd) -> None:
+    async for c in _client(EtcdConfig([plain.url])):
+        await asyncio.gather(*(c.put(f"/client/par/{i:03}", str(i).encode()) for i in range(64)))
+        values = await asyncio.gather(*(c.get(f"/client/par/{i:03}") for i in range(64)))
+        assert [kv.value if kv else None for kv in values] == [str(i).encode() for i in range(64)]
+
+
+async def test_a_range_larger_than_one_http_chunk_arrives_whole(plain: Etcd) -> None:
+    """etcd's gateway sends bodies over 2 KiB chunked: 300 values of 1 KiB are ~400 KiB of chunks."""
+    async for c in _client(EtcdConfig([plain.url])):
+        for i in range(300):
+            await c.put(f"/client/big/{i:03}", bytes([65 + i % 26]) * 1024)
+        result = await c.range("/client/big/", prefix_end("/client/big/"))
+        assert [kv.value for kv in result.kvs] == [bytes([65 + i % 26]) * 1024 for i in range(300)]
+
+
+async def test_a_watch_burst_read_slowly_arrives_complete_and_in_order(plain: Etcd,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """More events than the stream buffers: reading pauses and resumes, nothing is lost or reordered."""
+    monkeypatch.setattr(etcdhttp, "STREAM_HIGH_WATER", 2)  # etcd batches a catch-up into few chunks
+    async for c in _client(EtcdConfig([plain.url])):
+        first = await c.put("/client/burst/start", b"")
+        for i in range(1500):
+            await c.put(f"/client/burst/{i % 10}", str(i).encode())
+        seen: list[bytes] = []
+        async for resp in c.watch("/client/burst/", prefix_end("/client/burst/"), start_revision=first + 1):
+            seen += [ev.kv.value for ev in resp.events]
+            await asyncio.sleep(0.001)  # a slow reader
+            if len(seen) >= 1500:
+                break
+        assert seen == [str(i).encode() for i in range(1500)]
+
+
+async def test_a_restarted_member_is_reached_again_on_a_new_connection(tmp_path: Path) -> None:
+    server = start_etcd(tmp_path, "etcd")
+    try:
+        async for c in _client(EtcdConfig([server.url], request_timeout=2.0, connect_timeout=0.5)):
+            await c.put("/client/restart", b"before")
+            server.stop()
+            with pytest.raises(EtcdUnavailable):
+                await c.get("/client/restart")
+            server.start()
+            kv = await c.get("/client/restart")  # the kept-alive connection died with the old process
+            assert kv is not None and kv.value == b"before"
+            assert _connections_to(server.url) == 1
+    finally:
+        server.stop()
 
 
 async def test_a_dead_endpoint_is_skipped_for_a_live_one(plain: Etcd) -> None:
