@@ -130,17 +130,15 @@ def metrics_middleware(metrics: Metrics) -> Callable[..., Any]:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
         kind = "mutating" if request.method in ("POST", "PUT", "PATCH", "DELETE") else "readOnly"
-        metrics.inflight.labels(kind).inc()
+        inflight = metrics.inflight_of(kind)
+        inflight.inc()
         try:
             resp = await handler(request)
         finally:
-            metrics.inflight.labels(kind).dec()
+            inflight.dec()
         attrs = attributes_of(request)
-        resource = attrs.resource if attrs.resource_request else ""
-        if attrs.verb != "watch":
-            metrics.latency.labels(attrs.verb.upper(), resource, attrs.subresource).observe(
-                time.perf_counter() - started)
-        metrics.requests.labels(attrs.verb.upper(), resource, attrs.subresource, str(resp.status)).inc()
+        metrics.request_served(attrs.verb.upper(), attrs.resource if attrs.resource_request else "", attrs.subresource,
+                               resp.status, None if attrs.verb == "watch" else time.perf_counter() - started)
         return resp
     return middleware
 

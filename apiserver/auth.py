@@ -100,20 +100,23 @@ class CABundle:
         self.certs = x509.load_pem_x509_certificates(pem) if pem.strip() else []
 
     def issued(self, leaf: x509.Certificate, usage: x509.ObjectIdentifier = ExtendedKeyUsageOID.CLIENT_AUTH) -> bool:
-        now = dt.datetime.now(dt.UTC)
-        if not (leaf.not_valid_before_utc <= now <= leaf.not_valid_after_utc):
-            return False
+        """Whether this bundle issued ``leaf`` for ``usage`` and it is valid now (asked on every request)."""
+        valid_from, valid_until, ok = self._verdict(leaf, usage)
+        return ok and valid_from <= dt.datetime.now(dt.UTC) <= valid_until
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - bundles live as long as the process; keys are certificates
+    def _verdict(self, leaf: x509.Certificate, usage: x509.ObjectIdentifier) -> tuple[dt.datetime, dt.datetime, bool]:
+        """What never changes for a certificate: its validity window, usage and signature checks."""
+        window = (leaf.not_valid_before_utc, leaf.not_valid_after_utc)
         try:
             usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
             if usage not in usages and ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE not in usages:
-                return False
+                return (*window, False)
         except x509.ExtensionNotFound:
             pass
-        return self._signed(leaf)
+        return (*window, self._signed(leaf))
 
-    @functools.lru_cache(maxsize=4096)  # noqa: B019 - bundles live as long as the process; keys are certificates
     def _signed(self, leaf: x509.Certificate) -> bool:
-        """Signature checks are the expensive part; a certificate's answer never changes."""
         for ca in self.certs:
             try:
                 leaf.verify_directly_issued_by(ca)
@@ -123,7 +126,9 @@ class CABundle:
         return False
 
 
+@functools.lru_cache(maxsize=4096)
 def subject_user(cert: x509.Certificate) -> UserInfo | None:
+    """CN and O of a certificate's subject (certificates come from the parse cache: one answer each)."""
     names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     if not names:
         return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -28,8 +30,27 @@ class Metrics:
         self.objects = Gauge(
             "apiserver_storage_objects", "Objects in the watch cache.", ["resource"], registry=self.registry)
 
+        # labels() validates and locks on every call; a request would pay that four times.
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def inflight_of(self, kind: str) -> Any:
+        return self._child(self.inflight, kind)
+
+    def request_served(self, verb: str, resource: str, subresource: str, code: int, seconds: float | None) -> None:
+        """One finished request; ``seconds`` is None for a watch (its duration is not a latency)."""
+        if seconds is not None:
+            self._child(self.latency, verb, resource, subresource).observe(seconds)
+        self._child(self.requests, verb, resource, subresource, str(code)).inc()
+
     def observe_etcd(self, operation: str, seconds: float, ok: bool) -> None:
-        self.etcd_latency.labels(operation, "success" if ok else "error").observe(seconds)
+        self._child(self.etcd_latency, operation, "success" if ok else "error").observe(seconds)
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
