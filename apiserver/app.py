@@ -335,19 +335,24 @@ def build_app(state: ServerState) -> web.Application:
 
     ns_collection = GV_PATH + "/namespaces/{namespace}/virtualclusters"
     item = ns_collection + "/{name}"
+    # One resource per path, the object itself first: aiohttp tries the resources under a common
+    # prefix in registration order, one regular expression each, and a get by name is most requests.
+    for path, name, methods in (
+        (item, "vc.item", {"GET": handlers.get, "PUT": handlers.update, "PATCH": handlers.patch,
+                           "DELETE": handlers.delete}),
+        (ns_collection, "vc.collection", {"GET": handlers.list_or_watch, "POST": handlers.create,
+                                          "DELETE": handlers.delete_collection}),
+        (item + "/{subresource:status}", "vc.subresource", {"GET": handlers.get, "PUT": handlers.update,
+                                                            "PATCH": handlers.patch}),
+        (item + "/{subresource:kubeconfig}", "vc.subresource.kubeconfig", {"GET": kubeconfig.handle}),
+        (GV_PATH + "/virtualclusters", "vc.all", {"GET": handlers.list_or_watch}),
+    ):
+        resource = app.router.add_resource(path, name=name)
+        for method, handler in methods.items():
+            resource.add_route(method, handler)
+            if method == "GET":
+                resource.add_route("HEAD", handler)  # as web.get() registers it
     app.add_routes([
-        web.get(GV_PATH + "/virtualclusters", handlers.list_or_watch, name="vc.all"),
-        web.get(ns_collection, handlers.list_or_watch, name="vc.collection"),
-        web.post(ns_collection, handlers.create, name="vc.collection.post"),
-        web.delete(ns_collection, handlers.delete_collection, name="vc.collection.delete"),
-        web.get(item, handlers.get, name="vc.item"),
-        web.put(item, handlers.update, name="vc.item.put"),
-        web.patch(item, handlers.patch, name="vc.item.patch"),
-        web.delete(item, handlers.delete, name="vc.item.delete"),
-        web.get(item + "/{subresource:status}", handlers.get, name="vc.subresource"),
-        web.put(item + "/{subresource:status}", handlers.update, name="vc.subresource.put"),
-        web.patch(item + "/{subresource:status}", handlers.patch, name="vc.subresource.patch"),
-        web.get(item + "/{subresource:kubeconfig}", kubeconfig.handle, name="vc.subresource.kubeconfig"),
         web.get("/version", version),
         web.get("/metrics", metrics),
         *discovery_routes([VIRTUALCLUSTERS]),

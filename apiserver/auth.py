@@ -64,8 +64,11 @@ class Attributes:
         return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
 
 
+_HEALTH_SUBPATHS = tuple(p + "/" for p in HEALTH_PATHS)
+
+
 def is_health_path(path: str) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in HEALTH_PATHS)
+    return path in HEALTH_PATHS or path.startswith(_HEALTH_SUBPATHS)
 
 
 class Authenticator(Protocol):

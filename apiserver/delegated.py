@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -69,7 +70,7 @@ class RequestHeaderConfig:
             else:
                 for prefix in self._prefixes:
                     if name.startswith(prefix):
-                        key = urllib.parse.unquote(name[len(prefix):].decode("utf-8", "surrogateescape"))
+                        key = _extra_key(name[len(prefix):])
                         extra[key] = (*extra.get(key, ()), raw_value.decode("utf-8", "surrogateescape"))
                         break
         if not users:
@@ -89,6 +90,11 @@ class Overrides:
     username_headers: list[str] | None = None
     group_headers: list[str] | None = None
     extra_prefixes: list[str] | None = None
+
+
+@functools.lru_cache(maxsize=1024)  # the same few keys arrive on every request of a user
+def _extra_key(raw: bytes) -> str:
+    return urllib.parse.unquote(raw.decode("utf-8", "surrogateescape"))
 
 
 class AuthenticationSource:

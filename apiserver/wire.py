@@ -7,6 +7,7 @@ PartialObjectMetadata[List]) and renders it, for get, list and watch alike.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,8 +66,9 @@ def _media_ranges(accept: str) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
+@functools.lru_cache(maxsize=512)  # clients send a handful of distinct Accept headers, on every request
 def negotiate(accept: str | None, *, allow_yaml: bool = True, allow_as: bool = True) -> Target:
-    """Pick the first acceptable media range, as kube's negotiation does; else 406."""
+    """Pick the first acceptable media range, as kube's negotiation does; else 406 (not cached)."""
     if not accept:
         return Target()
     accepted = [JSON, YAML] if allow_yaml else [JSON]
