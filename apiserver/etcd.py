@@ -9,6 +9,7 @@ and :class:`EtcdError` (anything else etcd refused, with etcd's own message).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import ssl
@@ -19,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from .etcdgrpc import ProbeError, RevisionProbe
 from .etcdhttp import Endpoint, GatewayConnections
 
 log = logging.getLogger(__name__)
@@ -195,25 +197,34 @@ class EtcdClient:
         self._current = 0
         self._observe = observe
         self._ssl = self._ssl_context(config)
+        self._grpc_ssl = self._ssl_context(config, alpn="h2")
         self._http: GatewayConnections | None = None
+        self._probe: RevisionProbe | None = None
 
     @staticmethod
-    def _ssl_context(config: EtcdConfig) -> ssl.SSLContext | None:
+    def _ssl_context(config: EtcdConfig, alpn: str = "") -> ssl.SSLContext | None:
         if not any(e.startswith("https://") for e in config.endpoints):
             return None
         ctx = ssl.create_default_context(cafile=config.cafile)
         if config.certfile:
             ctx.load_cert_chain(config.certfile, config.keyfile)
+        if alpn:
+            ctx.set_alpn_protocols([alpn])
         return ctx
 
     async def start(self) -> None:
         if self._http is None:
             self._http = GatewayConnections(self._ssl, self.config.connect_timeout)
+            self._probe = RevisionProbe(self._grpc_ssl, self.config.connect_timeout)
 
     async def close(self) -> None:
         if self._http is not None:
             self._http.close()
             self._http = None
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+        await asyncio.sleep(0)  # the aborted sockets close on the loop's next turn: a stopping etcd waits for them
 
     @property
     def http(self) -> GatewayConnections:
@@ -288,6 +299,31 @@ class EtcdClient:
             more=bool(data.get("more", False)),
             revision=int(data.get("header", {}).get("revision", 0)),
         )
+
+    async def current_revision(self, key: str | bytes) -> int:
+        """etcd's revision as of a quorum read sent now (a Range of ``key``, which may not exist).
+
+        Over gRPC (:mod:`.etcdgrpc`): this read is behind every consistent read. When that
+        fails other than by timing out, the gateway is asked instead: it fails over between
+        endpoints and reports etcd's errors as every other call does.
+        """
+        if self._probe is None:
+            raise RuntimeError("EtcdClient.start() was not awaited")
+        endpoint = self._endpoints[self._current]
+        started = time.perf_counter()
+        try:
+            revision = await self._probe.revision(endpoint, key.encode() if isinstance(key, str) else key,
+                                                  self.config.request_timeout)
+        except TimeoutError:
+            self._record("range", started, ok=False)
+            self._current = (self._current + 1) % len(self._endpoints)  # the next call asks another member
+            raise EtcdUnavailable(f"etcd is unavailable: {endpoint.url} did not answer within "
+                                  f"{self.config.request_timeout:g}s") from None
+        except (ProbeError, OSError) as e:
+            log.debug("revision read over gRPC failed (%s); asking the gateway", e)
+            return (await self.range(key, limit=1, keys_only=True)).revision
+        self._record("range", started, ok=True)
+        return revision
 
     async def get(self, key: str | bytes) -> KeyValue | None:
         result = await self.range(key)

@@ -376,12 +376,12 @@ class WatchCache:
                 back_to_back = True
                 batch, self._next_revision = self._next_revision, None
                 try:
-                    result = await self.etcd.range(self.layout.prefix, limit=1, keys_only=True)
+                    revision = await self.etcd.current_revision(self.layout.prefix)
                 except Exception as e:  # handed to every waiter of this batch
                     batch.set_exception(e)
                     batch.exception()  # retrieved here too: nobody may be left waiting
                 else:
-                    batch.set_result(result.revision)
+                    batch.set_result(revision)
         finally:
             self._reading_revision = False
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from apiserver import etcdhttp
+from apiserver import etcdgrpc, etcdhttp
 from apiserver.etcd import EtcdClient, EtcdConfig, EtcdUnavailable, prefix_end
 from certs import pki
 from hack.harness import Etcd, Proc, binary, free_port, wait_until
@@ -176,3 +176,45 @@ async def test_etcd_with_mutual_tls_refuses_a_client_without_a_certificate(tls: 
     async for c in _client(EtcdConfig([url], cafile=str(root / "ca.crt"), request_timeout=1.0)):
         with pytest.raises(EtcdUnavailable):
             await c.get("/client/tls")
+
+
+# -- the revision read over gRPC -------------------------------------------------------------
+
+async def test_the_revision_read_over_grpc_is_the_revision_of_the_last_write(plain: Etcd) -> None:
+    async for c in _client(EtcdConfig([plain.url])):
+        for i in range(3):
+            written = await c.put(f"/client/rev/{i}", b"v")
+            assert await c.current_revision("/client/rev/") == written
+        assert _connections_to(plain.url) == 2  # one to the gateway, one HTTP/2 for the revision reads
+
+
+async def test_the_revision_read_over_grpc_with_mutual_tls(tls: tuple[str, Path]) -> None:
+    url, root = tls
+    config = EtcdConfig([url], cafile=str(root / "ca.crt"), certfile=str(root / "client.crt"),
+                        keyfile=str(root / "client.key"), request_timeout=2.0)
+    async for c in _client(config):
+        written = await c.put("/client/tls-rev", b"x")
+        assert await c.current_revision("/client/") == written
+
+
+async def test_a_revision_read_refused_over_grpc_is_answered_by_the_gateway(plain: Etcd,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(etcdgrpc, "RANGE_METHOD", b"/etcdserverpb.KV/NoSuchMethod")  # gRPC status 12
+    async for c in _client(EtcdConfig([plain.url])):
+        written = await c.put("/client/fallback", b"v")
+        assert await c.current_revision("/client/") == written
+
+
+async def test_a_revision_read_reconnects_after_the_member_restarts(tmp_path: Path) -> None:
+    server = start_etcd(tmp_path, "etcd")
+    try:
+        async for c in _client(EtcdConfig([server.url], request_timeout=2.0, connect_timeout=0.5)):
+            written = await c.put("/client/r", b"v")
+            assert await c.current_revision("/client/") == written
+            await asyncio.to_thread(server.stop)  # the loop runs meanwhile: etcd's GOAWAY is answered
+            with pytest.raises(EtcdUnavailable):
+                await c.current_revision("/client/")
+            server.start()
+            assert await c.current_revision("/client/") == written
+    finally:
+        server.stop()
