@@ -75,6 +75,14 @@ async def _client(config: EtcdConfig) -> AsyncIterator[EtcdClient]:
         await client.close()
 
 
+@pytest.fixture
+def member(tmp_path: Path) -> Iterator[Etcd]:
+    """An etcd of the test's own, which it may stop and start."""
+    server = start_etcd(tmp_path, "etcd")
+    yield server
+    server.stop()
+
+
 def _connections_to(url: str) -> int:
     """This process's established TCP connections to ``url``'s port (etcd's gateway has its own)."""
     port = url.rsplit(":", 1)[1]
@@ -83,16 +91,12 @@ def _connections_to(url: str) -> int:
     return sum(f"pid={os.getpid()}," in line for line in out.splitlines())
 
 
-async def test_sequential_calls_share_one_kept_alive_connection(tmp_path: Path) -> None:
-    server = start_etcd(tmp_path, "etcd")
-    try:
-        async for c in _client(EtcdConfig([server.url])):
-            for i in range(50):
-                await c.put(f"/client/seq/{i}", b"v")
-                assert (await c.get(f"/client/seq/{i}")) is not None
-            assert _connections_to(server.url) == 1
-    finally:
-        server.stop()
+async def test_sequential_calls_share_one_kept_alive_connection(member: Etcd) -> None:
+    async for c in _client(EtcdConfig([member.url])):
+        for i in range(50):
+            await c.put(f"/client/seq/{i}", b"v")
+            assert (await c.get(f"/client/seq/{i}")) is not None
+        assert _connections_to(member.url) == 1
 
 
 async def test_concurrent_calls_each_get_an_answer_of_their_own(plain: Etcd) -> None:
@@ -128,20 +132,16 @@ async def test_a_watch_burst_read_slowly_arrives_complete_and_in_order(plain: Et
         assert seen == [str(i).encode() for i in range(1500)]
 
 
-async def test_a_restarted_member_is_reached_again_on_a_new_connection(tmp_path: Path) -> None:
-    server = start_etcd(tmp_path, "etcd")
-    try:
-        async for c in _client(EtcdConfig([server.url], request_timeout=2.0, connect_timeout=0.5)):
-            await c.put("/client/restart", b"before")
-            server.stop()
-            with pytest.raises(EtcdUnavailable):
-                await c.get("/client/restart")
-            server.start()
-            kv = await c.get("/client/restart")  # the kept-alive connection died with the old process
-            assert kv is not None and kv.value == b"before"
-            assert _connections_to(server.url) == 1
-    finally:
-        server.stop()
+async def test_a_restarted_member_is_reached_again_on_a_new_connection(member: Etcd) -> None:
+    async for c in _client(EtcdConfig([member.url], request_timeout=2.0, connect_timeout=0.5)):
+        await c.put("/client/restart", b"before")
+        member.stop()
+        with pytest.raises(EtcdUnavailable):
+            await c.get("/client/restart")
+        member.start()
+        kv = await c.get("/client/restart")  # the kept-alive connection died with the old process
+        assert kv is not None and kv.value == b"before"
+        assert _connections_to(member.url) == 1
 
 
 async def test_a_dead_endpoint_is_skipped_for_a_live_one(plain: Etcd) -> None:
@@ -205,16 +205,12 @@ async def test_a_revision_read_refused_over_grpc_is_answered_by_the_gateway(plai
         assert await c.current_revision("/client/") == written
 
 
-async def test_a_revision_read_reconnects_after_the_member_restarts(tmp_path: Path) -> None:
-    server = start_etcd(tmp_path, "etcd")
-    try:
-        async for c in _client(EtcdConfig([server.url], request_timeout=2.0, connect_timeout=0.5)):
-            written = await c.put("/client/r", b"v")
-            assert await c.current_revision("/client/") == written
-            await asyncio.to_thread(server.stop)  # the loop runs meanwhile: etcd's GOAWAY is answered
-            with pytest.raises(EtcdUnavailable):
-                await c.current_revision("/client/")
-            server.start()
-            assert await c.current_revision("/client/") == written
-    finally:
-        server.stop()
+async def test_a_revision_read_reconnects_after_the_member_restarts(member: Etcd) -> None:
+    async for c in _client(EtcdConfig([member.url], request_timeout=2.0, connect_timeout=0.5)):
+        written = await c.put("/client/r", b"v")
+        assert await c.current_revision("/client/") == written
+        await asyncio.to_thread(member.stop)  # the loop runs meanwhile: etcd's GOAWAY is answered
+        with pytest.raises(EtcdUnavailable):
+            await c.current_revision("/client/")
+        member.start()
+        assert await c.current_revision("/client/") == written
