@@ -35,10 +35,6 @@ RANGE_METHOD = b"/etcdserverpb.KV/Range"
 class ProbeError(ConnectionError):
     """No revision came back: the connection failed, or etcd answered with a gRPC error."""
 
-    def __init__(self, message: str, grpc_status: int = 14) -> None:  # 14: UNAVAILABLE
-        super().__init__(message)
-        self.grpc_status = grpc_status
-
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
@@ -129,28 +125,28 @@ def header_revision(message: bytes) -> int:
             elif wire in (1, 5):
                 i += 8 if wire == 1 else 4
             else:
-                raise ProbeError(f"unexpected protobuf wire type {wire}", 13)
+                raise ProbeError(f"unexpected protobuf wire type {wire}")
         return out
     for number, wire, value in fields(message):
         if number == 1 and wire == 2:
             for inner, inner_wire, revision in fields(cast(bytes, value)):
                 if inner == 3 and inner_wire == 0:
                     return cast(int, revision)
-    raise ProbeError("etcd's RangeResponse carried no revision", 13)
+    raise ProbeError("etcd's RangeResponse carried no revision")
 
 
 class _Connection(asyncio.Protocol):
     """An HTTP/2 client connection that runs one stream at a time."""
 
     def __init__(self, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.buffer = b""
         self.stream = -1  # the one stream in flight, or the last one
         self.next_stream = 1
-        self.send_window = 65535  # the connection's, as the server grants it
-        self.stream_window = 65535  # a new stream's, from the server's SETTINGS
+        # The connection's send window, as the server grants it. A stream's own window is never
+        # the limit: each carries one request of a few dozen bytes against at least 64 KiB.
+        self.send_window = 65535
         self.unacknowledged = 0  # DATA received since our last WINDOW_UPDATE
         self.window_opened = asyncio.Event()
         self.request_headers = request_headers(endpoint, RANGE_METHOD)
@@ -181,7 +177,7 @@ class _Connection(asyncio.Protocol):
                 self._on_frame(kind, flags, stream, buffer[offset + 9:offset + 9 + size])
                 offset += 9 + size
         except (ProbeError, ValueError, IndexError, struct.error) as e:
-            self._fail(e if isinstance(e, ProbeError) else ProbeError(f"bad HTTP/2 from etcd: {e}", 13))
+            self._fail(e if isinstance(e, ProbeError) else ProbeError(f"bad HTTP/2 from etcd: {e}"))
             self.close()
             return
         self.buffer = buffer[offset:]
@@ -196,10 +192,6 @@ class _Connection(asyncio.Protocol):
     def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         if kind == SETTINGS:
             if not flags & ACK:
-                for i in range(0, len(payload) - 5, 6):
-                    key, value = struct.unpack(">HI", payload[i:i + 6])
-                    if key == SETTINGS_INITIAL_WINDOW_SIZE:
-                        self.stream_window = value
                 self._write(_frame(SETTINGS, ACK, 0))
         elif kind == PING:
             if not flags & ACK:
@@ -265,7 +257,7 @@ class _Connection(asyncio.Protocol):
             return
         size = int.from_bytes(self._data[1:5], "big") if len(self._data) >= 5 else -1
         if not self._answered or self._data[:1] != b"\0" or size != len(self._data) - 5:
-            reply.set_exception(ProbeError("etcd answered the Range without a revision (a gRPC error)", 2))
+            reply.set_exception(ProbeError("etcd answered the Range without a revision (a gRPC error)"))
         else:
             reply.set_result(bytes(self._data[5:]))
 

@@ -52,6 +52,13 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     proc.stop()
 
 
+def mutual_tls(tls: tuple[str, Path]) -> EtcdConfig:
+    """The client settings deploy/cluster gives vc-apiserver for the TLS member."""
+    url, root = tls
+    return EtcdConfig([url], cafile=str(root / "ca.crt"), certfile=str(root / "client.crt"),
+                      keyfile=str(root / "client.key"), request_timeout=2.0)
+
+
 def pki_context(root: Path) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(root / "ca.crt"))
     ctx.load_cert_chain(str(root / "client.crt"), str(root / "client.key"))
@@ -162,10 +169,7 @@ async def test_no_reachable_member_is_unavailable_within_the_request_timeout() -
 
 
 async def test_etcd_with_mutual_tls_serves_a_client_with_its_certificate(tls: tuple[str, Path]) -> None:
-    url, root = tls
-    config = EtcdConfig([url], cafile=str(root / "ca.crt"), certfile=str(root / "client.crt"),
-                        keyfile=str(root / "client.key"), request_timeout=2.0)
-    async for c in _client(config):
+    async for c in _client(mutual_tls(tls)):
         written = await c.put("/client/tls", b"x")
         result = await c.range("/client/", prefix_end("/client/"))
         assert [(kv.key, kv.value) for kv in result.kvs] == [(b"/client/tls", b"x")] and result.revision == written
@@ -189,10 +193,7 @@ async def test_the_revision_read_over_grpc_is_the_revision_of_the_last_write(pla
 
 
 async def test_the_revision_read_over_grpc_with_mutual_tls(tls: tuple[str, Path]) -> None:
-    url, root = tls
-    config = EtcdConfig([url], cafile=str(root / "ca.crt"), certfile=str(root / "client.crt"),
-                        keyfile=str(root / "client.key"), request_timeout=2.0)
-    async for c in _client(config):
+    async for c in _client(mutual_tls(tls)):
         written = await c.put("/client/tls-rev", b"x")
         assert await c.current_revision("/client/") == written
 
