@@ -1,10 +1,13 @@
-"""An etcd v3 client over etcd's JSON gateway, on pooled keep-alive connections (:mod:`.etcdhttp`).
+"""An etcd v3 client: key-value calls over gRPC (:mod:`.etcdgrpc`), the rest over etcd's JSON gateway.
 
-The gateway speaks base64 keys/values and int64-as-string; default values are
-omitted (no ``kvs`` = none, no ``succeeded`` = false). Failures are mapped to three
-exceptions the storage layer understands: :class:`EtcdUnavailable` (cannot reach a
-member in time: the API answers 503), :class:`EtcdCompacted` (revision too old: 410)
-and :class:`EtcdError` (anything else etcd refused, with etcd's own message).
+Reads, writes and transactions are unary gRPC calls with hand-encoded messages (:mod:`.etcdpb`).
+Watches, leases, compaction and status go through the gateway (:mod:`.etcdhttp`), which speaks
+base64 keys/values and int64-as-string and omits default values.
+
+Failures are mapped to three exceptions the storage layer understands: :class:`EtcdUnavailable`
+(cannot reach a member in time, or lost it with a write's outcome unknown: the API answers 503),
+:class:`EtcdCompacted` (revision too old: 410) and :class:`EtcdError` (anything else etcd
+refused, with etcd's own message).
 """
 
 from __future__ import annotations
@@ -20,13 +23,25 @@ from typing import Any
 
 import orjson
 
-from .etcdgrpc import ProbeError, RevisionProbe
+from . import etcdpb
+from .etcdgrpc import CallBroken, GrpcConnections, GrpcError, NotSent
 from .etcdhttp import Endpoint, GatewayConnections
+from .etcdpb import (  # noqa: F401 - the client's vocabulary, re-exported
+    KeyValue,
+    RangeResult,
+    compare_absent,
+    compare_mod_revision,
+    compare_value,
+    op_delete,
+    op_put,
+)
 
 log = logging.getLogger(__name__)
 
+GRPC_DEADLINE_EXCEEDED = 4
 GRPC_OUT_OF_RANGE = 11
-GRPC_RESOURCE_EXHAUSTED = 8
+GRPC_UNAVAILABLE = 14
+KV = b"/etcdserverpb.KV/"
 
 
 class EtcdError(Exception):
@@ -71,53 +86,21 @@ def prefix_end(prefix: bytes | str) -> bytes:
     return b"\0"
 
 
-@dataclass(frozen=True, slots=True)
-class KeyValue:
-    key: bytes
-    value: bytes
-    create_revision: int
-    mod_revision: int
-    version: int
-    lease: int = 0
-
-    @classmethod
-    def from_json(cls, kv: dict[str, Any]) -> KeyValue:
-        return cls(
-            key=_unb64(kv.get("key")),
-            value=_unb64(kv.get("value")),
-            create_revision=int(kv.get("create_revision", 0)),
-            mod_revision=int(kv.get("mod_revision", 0)),
-            version=int(kv.get("version", 0)),
-            lease=int(kv.get("lease", 0)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class RangeResult:
-    kvs: list[KeyValue]
-    count: int
-    more: bool
-    revision: int
+def _kv_from_json(kv: dict[str, Any]) -> KeyValue:
+    return KeyValue(
+        key=_unb64(kv.get("key")),
+        value=_unb64(kv.get("value")),
+        create_revision=int(kv.get("create_revision", 0)),
+        mod_revision=int(kv.get("mod_revision", 0)),
+        version=int(kv.get("version", 0)),
+        lease=int(kv.get("lease", 0)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class TxnResult:
     succeeded: bool
     revision: int
-    responses: list[dict[str, Any]]
-
-    def range_kvs(self, index: int) -> list[KeyValue]:
-        """The key-values of the ``index``-th response when it was a range."""
-        resp = self.responses[index].get("response_range", {})
-        return [KeyValue.from_json(kv) for kv in resp.get("kvs", [])]
-
-    def prev_kvs(self, index: int) -> list[KeyValue]:
-        """Previous values returned by a put/delete with ``prev_kv``."""
-        resp = self.responses[index]
-        inner = resp.get("response_put") or resp.get("response_delete_range") or {}
-        if "prev_kv" in inner:
-            return [KeyValue.from_json(inner["prev_kv"])]
-        return [KeyValue.from_json(kv) for kv in inner.get("prev_kvs", [])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,38 +122,6 @@ class WatchResponse:
     @property
     def is_progress_notify(self) -> bool:
         return not self.events and not self.created and not self.canceled
-
-
-# Builders for txn compares and operations, so callers never write gateway JSON.
-
-def compare_mod_revision(key: str | bytes, revision: int) -> dict[str, Any]:
-    return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(revision)}
-
-
-def compare_absent(key: str | bytes) -> dict[str, Any]:
-    return {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
-
-
-def compare_value(key: str | bytes, value: bytes | str) -> dict[str, Any]:
-    return {"key": _b64(key), "target": "VALUE", "result": "EQUAL", "value": _b64(value)}
-
-
-def op_put(key: str | bytes, value: bytes, lease: int = 0, prev_kv: bool = False) -> dict[str, Any]:
-    req: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
-    if lease:
-        req["lease"] = str(lease)
-    if prev_kv:
-        req["prev_kv"] = True
-    return {"request_put": req}
-
-
-def op_delete(key: str | bytes, range_end: bytes | None = None, prev_kv: bool = False) -> dict[str, Any]:
-    req: dict[str, Any] = {"key": _b64(key)}
-    if range_end is not None:
-        req["range_end"] = _b64(range_end)
-    if prev_kv:
-        req["prev_kv"] = True
-    return {"request_delete_range": req}
 
 
 @dataclass
@@ -199,7 +150,7 @@ class EtcdClient:
         self._ssl = self._ssl_context(config)
         self._grpc_ssl = self._ssl_context(config, alpn="h2")
         self._http: GatewayConnections | None = None
-        self._probe: RevisionProbe | None = None
+        self._grpc: GrpcConnections | None = None
 
     @staticmethod
     def _ssl_context(config: EtcdConfig, alpn: str = "") -> ssl.SSLContext | None:
@@ -215,15 +166,15 @@ class EtcdClient:
     async def start(self) -> None:
         if self._http is None:
             self._http = GatewayConnections(self._ssl, self.config.connect_timeout)
-            self._probe = RevisionProbe(self._grpc_ssl, self.config.connect_timeout)
+            self._grpc = GrpcConnections(self._grpc_ssl, self.config.connect_timeout)
 
     async def close(self) -> None:
         if self._http is not None:
             self._http.close()
             self._http = None
-        if self._probe is not None:
-            self._probe.close()
-            self._probe = None
+        if self._grpc is not None:
+            self._grpc.close()
+            self._grpc = None
         await asyncio.sleep(0)  # the aborted sockets close on the loop's next turn: a stopping etcd waits for them
 
     @property
@@ -258,8 +209,57 @@ class EtcdClient:
         if self._observe is not None:
             self._observe(op, time.perf_counter() - started, ok)
 
+    async def _call(self, method: bytes, message: bytes, *, mutation: bool) -> bytes:
+        """One unary KV call on the current endpoint; on to the next while the call was never sent
+        (and, for reads, also when a connection broke under it)."""
+        if self._grpc is None:
+            raise RuntimeError("EtcdClient.start() was not awaited")
+        op = method.decode().rsplit("/", 1)[-1].lower()
+        timeout = self.config.request_timeout
+        last_error: Exception | None = None
+        started = time.perf_counter()
+        for attempt in range(len(self._endpoints)):
+            index = (self._current + attempt) % len(self._endpoints)
+            endpoint = self._endpoints[index]
+            try:
+                reply = await self._grpc.call(endpoint, KV + method, message, timeout)
+            except GrpcError as e:
+                self._current = index
+                self._record(op, started, ok=False)
+                raise self._error(e.message, e.code) from None
+            except TimeoutError:
+                self._record(op, started, ok=False)
+                self._current = (index + 1) % len(self._endpoints)  # the next call asks another member
+                raise EtcdUnavailable(f"etcd is unavailable: {endpoint.url} did not answer within "
+                                      f"{timeout:g}s") from None
+            except CallBroken as e:
+                if mutation:
+                    self._record(op, started, ok=False)
+                    self._current = (index + 1) % len(self._endpoints)
+                    raise EtcdUnavailable(f"etcd is unavailable: {e}; the write may or may not have been "
+                                          "applied") from None
+                last_error = e
+                continue
+            except NotSent as e:
+                last_error = e
+                continue
+            self._current = index
+            self._record(op, started, ok=True)
+            return reply
+        self._record(op, started, ok=False)
+        raise EtcdUnavailable(f"etcd is unavailable: {last_error}")
+
     @staticmethod
-    def _decode(raw: bytes, status: int) -> dict[str, Any]:
+    def _error(message: str, code: int, http_status: int = 0) -> EtcdError:
+        """etcd's refusal as the exception the storage layer maps to an API status."""
+        if "compacted" in message:
+            return EtcdCompacted(message)
+        if http_status in (502, 503, 504) or code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
+            return EtcdUnavailable(message, code, http_status)
+        return EtcdError(message, code, http_status)
+
+    @classmethod
+    def _decode(cls, raw: bytes, status: int) -> dict[str, Any]:
         try:
             data = orjson.loads(raw) if raw else {}
         except orjson.JSONDecodeError as e:
@@ -267,92 +267,40 @@ class EtcdClient:
         if status == 200 and "error" not in data:
             return data
         message = data.get("message") or data.get("error") or f"HTTP {status}"
-        code = int(data.get("code", 0))
-        if "compacted" in message:
-            raise EtcdCompacted(message)
-        if status in (502, 503, 504) or code == 14:  # gRPC Unavailable
-            raise EtcdUnavailable(message, code, status)
-        raise EtcdError(message, code, status)
+        raise cls._error(message, int(data.get("code", 0)), status)
 
     # -- KV --------------------------------------------------------------------------
 
     async def range(self, key: str | bytes, range_end: bytes | None = None, *, limit: int = 0,
                     revision: int = 0, keys_only: bool = False, count_only: bool = False,
                     serializable: bool = False) -> RangeResult:
-        body: dict[str, Any] = {"key": _b64(key)}
-        if range_end is not None:
-            body["range_end"] = _b64(range_end)
-        if limit:
-            body["limit"] = str(limit)
-        if revision:
-            body["revision"] = str(revision)
-        if keys_only:
-            body["keys_only"] = True
-        if count_only:
-            body["count_only"] = True
-        if serializable:
-            body["serializable"] = True
-        data = await self._post("/v3/kv/range", body)
-        return RangeResult(
-            kvs=[KeyValue.from_json(kv) for kv in data.get("kvs", [])],
-            count=int(data.get("count", 0)),
-            more=bool(data.get("more", False)),
-            revision=int(data.get("header", {}).get("revision", 0)),
-        )
+        message = etcdpb.range_request(key, range_end, limit=limit, revision=revision, keys_only=keys_only,
+                                       count_only=count_only, serializable=serializable)
+        return RangeResult.decode(await self._call(b"Range", message, mutation=False))
 
     async def current_revision(self, key: str | bytes) -> int:
-        """etcd's revision as of a quorum read sent now (a Range of ``key``, which may not exist).
-
-        Over gRPC (:mod:`.etcdgrpc`): this read is behind every consistent read. When that
-        fails other than by timing out, the gateway is asked instead: it fails over between
-        endpoints and reports etcd's errors as every other call does.
-        """
-        if self._probe is None:
-            raise RuntimeError("EtcdClient.start() was not awaited")
-        endpoint = self._endpoints[self._current]
-        started = time.perf_counter()
-        try:
-            revision = await self._probe.revision(endpoint, key.encode() if isinstance(key, str) else key,
-                                                  self.config.request_timeout)
-        except TimeoutError:
-            self._record("range", started, ok=False)
-            self._current = (self._current + 1) % len(self._endpoints)  # the next call asks another member
-            raise EtcdUnavailable(f"etcd is unavailable: {endpoint.url} did not answer within "
-                                  f"{self.config.request_timeout:g}s") from None
-        except (ProbeError, OSError) as e:
-            log.debug("revision read over gRPC failed (%s); asking the gateway", e)
-            return (await self.range(key, limit=1, keys_only=True)).revision
-        self._record("range", started, ok=True)
-        return revision
+        """etcd's revision as of a quorum read sent now: the smallest Range of ``key`` (which need
+        not exist). This read is behind every consistent read."""
+        message = etcdpb.range_request(key, limit=1, keys_only=True)
+        return etcdpb.reply_revision(await self._call(b"Range", message, mutation=False))
 
     async def get(self, key: str | bytes) -> KeyValue | None:
         result = await self.range(key)
         return result.kvs[0] if result.kvs else None
 
     async def put(self, key: str | bytes, value: bytes, lease: int = 0) -> int:
-        body: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
-        if lease:
-            body["lease"] = str(lease)
-        data = await self._post("/v3/kv/put", body)
-        return int(data.get("header", {}).get("revision", 0))
+        reply = await self._call(b"Put", etcdpb.put_request(key, value, lease), mutation=True)
+        return etcdpb.reply_revision(reply)
 
     async def delete_range(self, key: str | bytes, range_end: bytes | None = None) -> tuple[int, int]:
         """Delete keys; returns (deleted count, revision)."""
-        body: dict[str, Any] = {"key": _b64(key)}
-        if range_end is not None:
-            body["range_end"] = _b64(range_end)
-        data = await self._post("/v3/kv/deleterange", body)
-        return int(data.get("deleted", 0)), int(data.get("header", {}).get("revision", 0))
+        reply = await self._call(b"DeleteRange", etcdpb.delete_range_request(key, range_end), mutation=True)
+        return etcdpb.deleted_count(reply), etcdpb.reply_revision(reply)
 
-    async def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]],
-                  failure: list[dict[str, Any]] | None = None) -> TxnResult:
-        body = {"compare": compare, "success": success, "failure": failure or []}
-        data = await self._post("/v3/kv/txn", body)
-        return TxnResult(
-            succeeded=bool(data.get("succeeded", False)),
-            revision=int(data.get("header", {}).get("revision", 0)),
-            responses=list(data.get("responses", [])),
-        )
+    async def txn(self, compare: list[bytes], success: list[bytes], failure: list[bytes] | None = None) -> TxnResult:
+        """One transaction of compares and ops built with :func:`compare_mod_revision`, :func:`op_put`, ..."""
+        reply = await self._call(b"Txn", etcdpb.txn_request(compare, success, failure or []), mutation=True)
+        return TxnResult(succeeded=etcdpb.txn_succeeded(reply), revision=etcdpb.reply_revision(reply))
 
     async def compact(self, revision: int, physical: bool = False) -> None:
         body: dict[str, Any] = {"revision": str(revision)}
@@ -440,8 +388,8 @@ class EtcdClient:
             prev = ev.get("prev_kv")
             events.append(WatchEvent(
                 type=ev.get("type", "PUT"),
-                kv=KeyValue.from_json(ev.get("kv", {})),
-                prev_kv=KeyValue.from_json(prev) if prev else None,
+                kv=_kv_from_json(ev.get("kv", {})),
+                prev_kv=_kv_from_json(prev) if prev else None,
             ))
         return WatchResponse(
             revision=int(result.get("header", {}).get("revision", 0)),

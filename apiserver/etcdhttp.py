@@ -1,9 +1,9 @@
 """HTTP/1.1 to etcd's JSON gateway: pooled keep-alive connections, one exchange at a time each.
 
-Every cached GET costs a revision read, so the call path is hot. aiohttp's client spent about
-0.3 ms of CPU per call in its request machinery (timeouts, tracing, URL and header objects),
-more than the cached GET it guards; here a call is one write of preformatted bytes and one
-parse by llhttp (``httptools``): about 0.1 ms. Watches use the same connections as streams.
+What is not a unary key-value call goes this way: watches (as streams on the same connections),
+leases, compaction and status. aiohttp's client spent about 0.3 ms of CPU per call in its request
+machinery (timeouts, tracing, URL and header objects); here a call is one write of preformatted
+bytes and one parse by llhttp (``httptools``): about 0.1 ms.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""The etcd client against real members: its keep-alive transport, failover between endpoints, and mutual
-TLS as deploy/cluster runs it."""
+"""The etcd client against real members: its gRPC and gateway transports, etcd's refusals as it reports
+them, failover between endpoints, and mutual TLS as deploy/cluster runs it."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import ssl
 import subprocess
 import time
@@ -14,8 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from apiserver import etcdgrpc, etcdhttp
-from apiserver.etcd import EtcdClient, EtcdConfig, EtcdUnavailable, prefix_end
+from apiserver import etcdhttp
+from apiserver.etcd import (
+    EtcdClient,
+    EtcdCompacted,
+    EtcdConfig,
+    EtcdError,
+    EtcdUnavailable,
+    compare_absent,
+    compare_mod_revision,
+    op_put,
+    prefix_end,
+)
 from certs import pki
 from hack.harness import Etcd, Proc, binary, free_port, wait_until
 from tests.conftest import start_etcd
@@ -98,28 +109,93 @@ def _connections_to(url: str) -> int:
     return sum(f"pid={os.getpid()}," in line for line in out.splitlines())
 
 
-async def test_sequential_calls_share_one_kept_alive_connection(member: Etcd) -> None:
+async def test_sequential_calls_share_one_connection_per_protocol(member: Etcd) -> None:
     async for c in _client(EtcdConfig([member.url])):
         for i in range(50):
-            await c.put(f"/client/seq/{i}", b"v")
+            await c.put(f"/client/seq/{i}", b"v")  # gRPC
             assert (await c.get(f"/client/seq/{i}")) is not None
-        assert _connections_to(member.url) == 1
+            await c.status()  # the JSON gateway
+        assert _connections_to(member.url) == 2
 
 
-async def test_concurrent_calls_each_get_an_answer_of_their_own(plain: Etcd) -> None:
+async def test_concurrent_calls_each_get_an_answer_of_their_own_on_one_connection(plain: Etcd) -> None:
     async for c in _client(EtcdConfig([plain.url])):
         await asyncio.gather(*(c.put(f"/client/par/{i:03}", str(i).encode()) for i in range(64)))
         values = await asyncio.gather(*(c.get(f"/client/par/{i:03}") for i in range(64)))
         assert [kv.value if kv else None for kv in values] == [str(i).encode() for i in range(64)]
+        assert _connections_to(plain.url) == 1
 
 
-async def test_a_range_larger_than_one_http_chunk_arrives_whole(plain: Etcd) -> None:
-    """etcd's gateway sends bodies over 2 KiB chunked: 300 values of 1 KiB are ~400 KiB of chunks."""
+async def test_calls_beyond_the_members_stream_limit_wait_for_a_free_stream(tmp_path: Path) -> None:
+    server = start_etcd(tmp_path, "etcd", ["--max-concurrent-streams", "4"])
+    try:
+        async for c in _client(EtcdConfig([server.url])):
+            revisions = await asyncio.gather(*(c.put(f"/client/limit/{i:03}", b"v") for i in range(64)))
+            assert len(set(revisions)) == 64
+            result = await c.range("/client/limit/", prefix_end("/client/limit/"), count_only=True)
+            assert result.count == 64
+    finally:
+        server.stop()
+
+
+async def test_a_range_larger_than_one_frame_arrives_whole(plain: Etcd) -> None:
+    """300 values of 1 KiB: ~300 KiB in HTTP/2 frames of at most 16 KiB."""
     async for c in _client(EtcdConfig([plain.url])):
         for i in range(300):
             await c.put(f"/client/big/{i:03}", bytes([65 + i % 26]) * 1024)
         result = await c.range("/client/big/", prefix_end("/client/big/"))
         assert [kv.value for kv in result.kvs] == [bytes([65 + i % 26]) * 1024 for i in range(300)]
+        assert (result.count, result.more) == (300, False)
+
+
+async def test_a_value_larger_than_the_send_window_is_written_whole(plain: Etcd) -> None:
+    """1.4 MiB, under etcd's 1.5 MiB request limit but over the window it grants a stream (< 1 MiB)."""
+    value = bytes(range(256)) * (1400 * 4)
+    async for c in _client(EtcdConfig([plain.url])):
+        written = await c.put("/client/large", value)
+        kv = await c.get("/client/large")
+        assert kv is not None and (kv.value, kv.mod_revision) == (value, written)
+
+
+async def test_transactions_apply_only_when_their_compares_hold(plain: Etcd) -> None:
+    async for c in _client(EtcdConfig([plain.url])):
+        created = await c.txn([compare_absent("/client/txn")], [op_put("/client/txn", b"1")])
+        again = await c.txn([compare_absent("/client/txn")], [op_put("/client/txn", b"2")])
+        stale = await c.txn([compare_mod_revision("/client/txn", created.revision - 1)], [op_put("/client/txn", b"3")])
+        updated = await c.txn([compare_mod_revision("/client/txn", created.revision)], [op_put("/client/txn", b"4")])
+        assert (created.succeeded, again.succeeded, stale.succeeded, updated.succeeded) == (True, False, False, True)
+        kv = await c.get("/client/txn")
+        assert kv is not None and (kv.value, kv.mod_revision, kv.version) == (b"4", updated.revision, 2)
+
+
+async def test_etcds_refusals_carry_its_grpc_status_and_message(plain: Etcd) -> None:
+    async for c in _client(EtcdConfig([plain.url])):
+        with pytest.raises(EtcdError, match="received message larger than max") as too_large:
+            await c.put("/client/huge", b"x" * (2 * 1024 * 1024))
+        assert too_large.value.code == 8  # RESOURCE_EXHAUSTED
+        with pytest.raises(EtcdError, match="unknown method NoSuchMethod for service etcdserverpb.KV") as unknown:
+            await c._call(b"NoSuchMethod", b"", mutation=False)
+        assert unknown.value.code == 12  # UNIMPLEMENTED
+        first = await c.put("/client/compacted", b"1")
+        latest = await c.put("/client/compacted", b"2")
+        await c.compact(latest)
+        with pytest.raises(EtcdCompacted, match="required revision has been compacted"):
+            await c.range("/client/compacted", revision=first)
+        kv = await c.get("/client/compacted")  # the connection carries on after each refusal
+        assert kv is not None and kv.value == b"2"
+
+
+async def test_a_write_whose_connection_breaks_is_unavailable_with_its_outcome_unknown(member: Etcd) -> None:
+    async for c in _client(EtcdConfig([member.url], request_timeout=10.0)):
+        await c.put("/client/broken", b"before")
+        pid = member.proc.pid if member.proc else None
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # the write is sent and never answered ...
+        write = asyncio.create_task(c.put("/client/broken", b"after"))
+        await asyncio.sleep(0.3)
+        os.kill(pid, signal.SIGKILL)  # ... and then its connection is reset
+        with pytest.raises(EtcdUnavailable, match="may or may not have been applied"):
+            await write
 
 
 async def test_a_watch_burst_read_slowly_arrives_complete_and_in_order(plain: Etcd,
@@ -182,27 +258,18 @@ async def test_etcd_with_mutual_tls_refuses_a_client_without_a_certificate(tls: 
             await c.get("/client/tls")
 
 
-# -- the revision read over gRPC -------------------------------------------------------------
+# -- the revision read behind consistent reads -------------------------------------------------------------
 
-async def test_the_revision_read_over_grpc_is_the_revision_of_the_last_write(plain: Etcd) -> None:
+async def test_the_revision_read_is_the_revision_of_the_last_write(plain: Etcd) -> None:
     async for c in _client(EtcdConfig([plain.url])):
         for i in range(3):
             written = await c.put(f"/client/rev/{i}", b"v")
             assert await c.current_revision("/client/rev/") == written
-        assert _connections_to(plain.url) == 2  # one to the gateway, one HTTP/2 for the revision reads
 
 
-async def test_the_revision_read_over_grpc_with_mutual_tls(tls: tuple[str, Path]) -> None:
+async def test_the_revision_read_with_mutual_tls(tls: tuple[str, Path]) -> None:
     async for c in _client(mutual_tls(tls)):
         written = await c.put("/client/tls-rev", b"x")
-        assert await c.current_revision("/client/") == written
-
-
-async def test_a_revision_read_refused_over_grpc_is_answered_by_the_gateway(plain: Etcd,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(etcdgrpc, "RANGE_METHOD", b"/etcdserverpb.KV/NoSuchMethod")  # gRPC status 12
-    async for c in _client(EtcdConfig([plain.url])):
-        written = await c.put("/client/fallback", b"v")
         assert await c.current_revision("/client/") == written
 
 

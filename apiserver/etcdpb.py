@@ -1,0 +1,244 @@
+"""The protobuf wire format of the etcd v3 messages this server sends over gRPC.
+
+Hand-encoded because the set is small and fixed (etcd's ``rpc.proto`` and ``kv.proto``):
+a request is a few length-delimited fields, and of a reply only what the client returns is
+read. Field numbers are etcd's; proto3 leaves out fields at their default value, and so do
+the encoders here, except inside a ``oneof``, where presence selects the member.
+
+Compares and request ops are built once as encoded messages (:func:`compare_mod_revision`,
+:func:`op_put`, ...) and put together by :func:`txn_request`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Compare.CompareTarget and the Compare.target_union member that goes with each
+_TARGET_CREATE, _TARGET_MOD, _TARGET_VALUE = 1, 2, 3
+_FIELD_CREATE_REVISION, _FIELD_MOD_REVISION, _FIELD_VALUE = 5, 6, 7
+
+
+class DecodeError(ValueError):
+    """A reply that is not the protobuf message it should be."""
+
+
+def varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64: two's complement, ten bytes
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _bytes_field(number: int, data: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def _int_field(number: int, value: int) -> bytes:
+    return varint(number << 3) + varint(value)
+
+
+def _key(key: str | bytes) -> bytes:
+    return key.encode() if isinstance(key, str) else key
+
+
+# -- requests ---------------------------------------------------------------------------
+
+def range_request(key: str | bytes, range_end: bytes | None = None, *, limit: int = 0, revision: int = 0,
+                  keys_only: bool = False, count_only: bool = False, serializable: bool = False) -> bytes:
+    """RangeRequest{key 1, range_end 2, limit 3, revision 4, serializable 7, keys_only 8, count_only 9}."""
+    out = _bytes_field(1, _key(key))
+    if range_end is not None:
+        out += _bytes_field(2, range_end)
+    if limit:
+        out += _int_field(3, limit)
+    if revision:
+        out += _int_field(4, revision)
+    if serializable:
+        out += b"\x38\x01"
+    if keys_only:
+        out += b"\x40\x01"
+    if count_only:
+        out += b"\x48\x01"
+    return out
+
+
+def put_request(key: str | bytes, value: bytes, lease: int = 0) -> bytes:
+    """PutRequest{key 1, value 2, lease 3}."""
+    out = _bytes_field(1, _key(key))
+    if value:
+        out += _bytes_field(2, value)
+    if lease:
+        out += _int_field(3, lease)
+    return out
+
+
+def delete_range_request(key: str | bytes, range_end: bytes | None = None) -> bytes:
+    """DeleteRangeRequest{key 1, range_end 2}."""
+    out = _bytes_field(1, _key(key))
+    if range_end is not None:
+        out += _bytes_field(2, range_end)
+    return out
+
+
+def _compare(target: int, key: str | bytes, union_field: int, union_value: bytes) -> bytes:
+    # result 1 is EQUAL, the default, so it is left out; target 2; key 3; then the union member
+    return _int_field(2, target) + _bytes_field(3, _key(key)) + varint(union_field << 3 | (
+        2 if union_field == _FIELD_VALUE else 0)) + union_value
+
+
+def compare_mod_revision(key: str | bytes, revision: int) -> bytes:
+    """Compare: the key's mod_revision equals ``revision``."""
+    return _compare(_TARGET_MOD, key, _FIELD_MOD_REVISION, varint(revision))
+
+
+def compare_absent(key: str | bytes) -> bytes:
+    """Compare: the key's create_revision is 0, i.e. it does not exist."""
+    return _compare(_TARGET_CREATE, key, _FIELD_CREATE_REVISION, varint(0))
+
+
+def compare_value(key: str | bytes, value: bytes | str) -> bytes:
+    """Compare: the key's value equals ``value``."""
+    raw = _key(value)
+    return _compare(_TARGET_VALUE, key, _FIELD_VALUE, varint(len(raw)) + raw)
+
+
+def op_put(key: str | bytes, value: bytes, lease: int = 0) -> bytes:
+    """RequestOp{request_put 2}."""
+    return _bytes_field(2, put_request(key, value, lease))
+
+
+def op_delete(key: str | bytes, range_end: bytes | None = None) -> bytes:
+    """RequestOp{request_delete_range 3}."""
+    return _bytes_field(3, delete_range_request(key, range_end))
+
+
+def txn_request(compare: list[bytes], success: list[bytes], failure: list[bytes]) -> bytes:
+    """TxnRequest{compare 1, success 2, failure 3}, each repeated."""
+    return (b"".join(_bytes_field(1, c) for c in compare) + b"".join(_bytes_field(2, op) for op in success)
+            + b"".join(_bytes_field(3, op) for op in failure))
+
+
+# -- replies ----------------------------------------------------------------------------
+
+def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = buf[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+
+
+def fields(buf: bytes) -> list[tuple[int, int | bytes]]:
+    """(field number, value) of each field: an int for varints, bytes for length-delimited ones."""
+    out: list[tuple[int, int | bytes]] = []
+    i, end = 0, len(buf)
+    try:
+        while i < end:
+            tag, i = _read_varint(buf, i)
+            number, wire = tag >> 3, tag & 7
+            if wire == 0:
+                value, i = _read_varint(buf, i)
+                out.append((number, value))
+            elif wire == 2:
+                size, i = _read_varint(buf, i)
+                if i + size > end:
+                    raise DecodeError("a field runs past the end of the message")
+                out.append((number, buf[i:i + size]))
+                i += size
+            elif wire in (1, 5):
+                i += 8 if wire == 1 else 4
+            else:
+                raise DecodeError(f"unexpected protobuf wire type {wire}")
+    except IndexError:
+        raise DecodeError("the message ends inside a field") from None
+    return out
+
+
+def _int64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def header_revision(header: bytes) -> int:
+    """ResponseHeader.revision (field 3)."""
+    for number, value in fields(header):
+        if number == 3 and isinstance(value, int):
+            return _int64(value)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int = 0
+
+    @classmethod
+    def decode(cls, message: bytes) -> KeyValue:
+        """mvccpb.KeyValue{key 1, create_revision 2, mod_revision 3, version 4, value 5, lease 6}."""
+        key = value = b""
+        numbers = [0, 0, 0, 0, 0, 0, 0]
+        for number, field in fields(message):
+            if isinstance(field, bytes):
+                if number == 1:
+                    key = field
+                elif number == 5:
+                    value = field
+            elif number < 7:
+                numbers[number] = _int64(field)
+        return cls(key, value, numbers[2], numbers[3], numbers[4], numbers[6])
+
+
+@dataclass(frozen=True, slots=True)
+class RangeResult:
+    kvs: list[KeyValue]
+    count: int
+    more: bool
+    revision: int
+
+    @classmethod
+    def decode(cls, message: bytes) -> RangeResult:
+        """RangeResponse{header 1, kvs 2, more 3, count 4}."""
+        kvs: list[KeyValue] = []
+        revision = count = 0
+        more = False
+        for number, field in fields(message):
+            if number == 2 and isinstance(field, bytes):
+                kvs.append(KeyValue.decode(field))
+            elif number == 1 and isinstance(field, bytes):
+                revision = header_revision(field)
+            elif number == 3:
+                more = bool(field)
+            elif number == 4 and isinstance(field, int):
+                count = field
+        return cls(kvs, count, more, revision)
+
+
+def reply_revision(message: bytes) -> int:
+    """The header's revision of a Range, Put, DeleteRange or Txn reply (all carry it as field 1)."""
+    for number, field in fields(message):
+        if number == 1 and isinstance(field, bytes):
+            return header_revision(field)
+    raise DecodeError("etcd's reply carried no header")
+
+
+def txn_succeeded(message: bytes) -> bool:
+    """TxnResponse.succeeded (field 2)."""
+    return any(number == 2 and field == 1 for number, field in fields(message))
+
+
+def deleted_count(message: bytes) -> int:
+    """DeleteRangeResponse.deleted (field 2)."""
+    for number, field in fields(message):
+        if number == 2 and isinstance(field, int):
+            return field
+    return 0
