@@ -11,6 +11,7 @@ Compares and request ops are built once as encoded messages (:func:`compare_mod_
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 # Compare.CompareTarget and the Compare.target_union member that goes with each
@@ -114,6 +115,37 @@ def op_put(key: str | bytes, value: bytes, lease: int = 0) -> bytes:
 def op_delete(key: str | bytes, range_end: bytes | None = None) -> bytes:
     """RequestOp{request_delete_range 3}."""
     return _bytes_field(3, delete_range_request(key, range_end))
+
+
+def watch_create_request(key: str | bytes, range_end: bytes | None = None, *, start_revision: int = 0,
+                         prev_kv: bool = False, progress_notify: bool = False) -> bytes:
+    """WatchRequest{create_request 1: WatchCreateRequest{key 1, range_end 2, start_revision 3,
+    progress_notify 4, prev_kv 6}}."""
+    create = _bytes_field(1, _key(key))
+    if range_end is not None:
+        create += _bytes_field(2, range_end)
+    if start_revision:
+        create += _int_field(3, start_revision)
+    if progress_notify:
+        create += b"\x20\x01"
+    if prev_kv:
+        create += b"\x30\x01"
+    return _bytes_field(1, create)
+
+
+def compaction_request(revision: int, physical: bool = False) -> bytes:
+    """CompactionRequest{revision 1, physical 2}."""
+    return _int_field(1, revision) + (b"\x10\x01" if physical else b"")
+
+
+def lease_grant_request(ttl: int) -> bytes:
+    """LeaseGrantRequest{TTL 1}."""
+    return _int_field(1, ttl)
+
+
+def lease_request(lease_id: int) -> bytes:
+    """LeaseRevokeRequest or LeaseKeepAliveRequest: {ID 1}."""
+    return _int_field(1, lease_id)
 
 
 def txn_request(compare: list[bytes], success: list[bytes], failure: list[bytes]) -> bytes:
@@ -223,6 +255,60 @@ class RangeResult:
         return cls(kvs, count, more, revision)
 
 
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str  # "PUT" or "DELETE"
+    kv: KeyValue
+    prev_kv: KeyValue | None
+
+    @classmethod
+    def decode(cls, message: bytes) -> WatchEvent:
+        """mvccpb.Event{type 1 (PUT 0, DELETE 1), kv 2, prev_kv 3}."""
+        kind, kv, prev = 0, None, None
+        for number, value in fields(message):
+            if number == 2 and isinstance(value, bytes):
+                kv = KeyValue.decode(value)
+            elif number == 3 and isinstance(value, bytes):
+                prev = KeyValue.decode(value)
+            elif number == 1 and isinstance(value, int):
+                kind = value
+        return cls("DELETE" if kind == 1 else "PUT", kv or KeyValue(b"", b"", 0, 0, 0), prev)
+
+
+@dataclass(slots=True)
+class WatchResponse:
+    revision: int
+    events: list[WatchEvent] = dataclasses.field(default_factory=list)
+    created: bool = False
+    canceled: bool = False
+    compact_revision: int = 0
+    cancel_reason: str = ""
+
+    @property
+    def is_progress_notify(self) -> bool:
+        return not self.events and not self.created and not self.canceled
+
+    @classmethod
+    def decode(cls, message: bytes) -> WatchResponse:
+        """WatchResponse{header 1, created 3, canceled 4, compact_revision 5, cancel_reason 6, events 11}."""
+        resp = cls(0)
+        for number, value in fields(message):
+            if isinstance(value, bytes):
+                if number == 11:
+                    resp.events.append(WatchEvent.decode(value))
+                elif number == 1:
+                    resp.revision = header_revision(value)
+                elif number == 6:
+                    resp.cancel_reason = value.decode(errors="replace")
+            elif number == 3:
+                resp.created = bool(value)
+            elif number == 4:
+                resp.canceled = bool(value)
+            elif number == 5:
+                resp.compact_revision = _int64(value)
+        return resp
+
+
 def reply_revision(message: bytes) -> int:
     """The header's revision of a Range, Put, DeleteRange or Txn reply (all carry it as field 1)."""
     for number, field in fields(message):
@@ -236,9 +322,17 @@ def txn_succeeded(message: bytes) -> bool:
     return any(number == 2 and field == 1 for number, field in fields(message))
 
 
-def deleted_count(message: bytes) -> int:
-    """DeleteRangeResponse.deleted (field 2)."""
-    for number, field in fields(message):
-        if number == 2 and isinstance(field, int):
-            return field
+def int_field(message: bytes, number: int) -> int:
+    """An int64 field of a reply: DeleteRangeResponse.deleted (2), LeaseGrantResponse.ID (2), a TTL (3)."""
+    for found, value in fields(message):
+        if found == number and isinstance(value, int):
+            return _int64(value)
     return 0
+
+
+def string_field(message: bytes, number: int) -> str:
+    """A string field of a reply, such as LeaseGrantResponse.error (4)."""
+    for found, value in fields(message):
+        if found == number and isinstance(value, bytes):
+            return value.decode(errors="replace")
+    return ""

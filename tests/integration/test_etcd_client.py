@@ -1,5 +1,5 @@
-"""The etcd client against real members: its gRPC and gateway transports, etcd's refusals as it reports
-them, failover between endpoints, and mutual TLS as deploy/cluster runs it."""
+"""The etcd client against real members: its gRPC transport, etcd's refusals as it reports them, leases,
+failover between endpoints, and mutual TLS as deploy/cluster runs it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from apiserver import etcdhttp
+from apiserver import etcdgrpc
 from apiserver.etcd import (
     EtcdClient,
     EtcdCompacted,
@@ -109,13 +109,17 @@ def _connections_to(url: str) -> int:
     return sum(f"pid={os.getpid()}," in line for line in out.splitlines())
 
 
-async def test_sequential_calls_share_one_connection_per_protocol(member: Etcd) -> None:
+async def test_calls_share_one_connection_and_watches_another(member: Etcd) -> None:
     async for c in _client(EtcdConfig([member.url])):
         for i in range(50):
-            await c.put(f"/client/seq/{i}", b"v")  # gRPC
+            await c.put(f"/client/seq/{i}", b"v")
             assert (await c.get(f"/client/seq/{i}")) is not None
-            await c.status()  # the JSON gateway
+            await c.status()
+        assert _connections_to(member.url) == 1
+        watch = c.watch("/client/seq/", prefix_end("/client/seq/"))
+        assert (await anext(watch)).created
         assert _connections_to(member.url) == 2
+        await watch.aclose()
 
 
 async def test_concurrent_calls_each_get_an_answer_of_their_own_on_one_connection(plain: Etcd) -> None:
@@ -168,13 +172,25 @@ async def test_transactions_apply_only_when_their_compares_hold(plain: Etcd) -> 
         assert kv is not None and (kv.value, kv.mod_revision, kv.version) == (b"4", updated.revision, 2)
 
 
+async def test_a_lease_kept_alive_holds_its_key_until_revoked(plain: Etcd) -> None:
+    async for c in _client(EtcdConfig([plain.url])):
+        lease = await c.lease_grant(30)
+        await c.put("/client/leased", b"held", lease=lease)
+        assert 0 < await c.lease_keepalive(lease) <= 30
+        kv = await c.get("/client/leased")
+        assert kv is not None and kv.lease == lease
+        await c.lease_revoke(lease)
+        assert await c.get("/client/leased") is None
+        assert await c.lease_keepalive(lease) == 0  # a lease that is gone
+
+
 async def test_etcds_refusals_carry_its_grpc_status_and_message(plain: Etcd) -> None:
     async for c in _client(EtcdConfig([plain.url])):
         with pytest.raises(EtcdError, match="received message larger than max") as too_large:
             await c.put("/client/huge", b"x" * (2 * 1024 * 1024))
         assert too_large.value.code == 8  # RESOURCE_EXHAUSTED
         with pytest.raises(EtcdError, match="unknown method NoSuchMethod for service etcdserverpb.KV") as unknown:
-            await c._call(b"NoSuchMethod", b"", mutation=False)
+            await c._call(b"/etcdserverpb.KV/NoSuchMethod", b"", idempotent=True)
         assert unknown.value.code == 12  # UNIMPLEMENTED
         first = await c.put("/client/compacted", b"1")
         latest = await c.put("/client/compacted", b"2")
@@ -200,8 +216,8 @@ async def test_a_write_whose_connection_breaks_is_unavailable_with_its_outcome_u
 
 async def test_a_watch_burst_read_slowly_arrives_complete_and_in_order(plain: Etcd,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """More events than the stream buffers: reading pauses and resumes, nothing is lost or reordered."""
-    monkeypatch.setattr(etcdhttp, "STREAM_HIGH_WATER", 2)  # etcd batches a catch-up into few chunks
+    """More events than the stream's window: etcd waits for the reader, nothing is lost or reordered."""
+    monkeypatch.setattr(etcdgrpc, "STREAM_WINDOW", 16 * 1024)  # ~150 events, given back as they are read
     async for c in _client(EtcdConfig([plain.url])):
         first = await c.put("/client/burst/start", b"")
         for i in range(1500):
