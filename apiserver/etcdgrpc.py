@@ -310,7 +310,8 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def _on_data(self, flags: int, stream: int, payload: bytes) -> None:
-        self.unacknowledged += len(payload)
+        size = len(payload)  # what flow control counts, padding included
+        self.unacknowledged += size
         if self.unacknowledged > MAX_WINDOW // 2:  # give back what we consumed, rarely
             self._write(_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.unacknowledged)))
             self.unacknowledged = 0
@@ -320,7 +321,7 @@ class _Connection(asyncio.Protocol):
         if call is not None:
             call.data += payload
             if isinstance(call, _StreamCall):
-                call.unacknowledged += len(payload)
+                call.unacknowledged += size
                 call.split()
                 self._acknowledge(stream, call)
             if flags & END_STREAM:
