@@ -14,6 +14,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from . import etcdpb
 from .etcdgrpc import CallBroken, Endpoint, GrpcConnections, GrpcError, NotSent
@@ -30,6 +31,7 @@ from .etcdpb import (  # noqa: F401 - the client's vocabulary, re-exported
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 GRPC_DEADLINE_EXCEEDED = 4
 GRPC_OUT_OF_RANGE = 11
@@ -129,10 +131,10 @@ class EtcdClient:
         if self._observe is not None:
             self._observe(op, time.perf_counter() - started, ok)
 
-    async def _call(self, method: bytes, message: bytes, *, idempotent: bool, timeout: float | None = None,
-                    first_of_stream: bool = False) -> bytes:
-        """One call on the current endpoint; on to the next while the call was never sent (and, when
-        doing it twice does no harm, also when a connection broke under it)."""
+    async def _call(self, method: bytes, message: bytes, decode: Callable[[bytes], T], *, idempotent: bool,
+                    timeout: float | None = None, first_of_stream: bool = False) -> T:
+        """One call on the current endpoint, its reply decoded; on to the next endpoint while the call
+        was never sent (and, when doing it twice does no harm, also when a connection broke under it)."""
         if self._grpc is None:
             raise RuntimeError("EtcdClient.start() was not awaited")
         op = method.decode().rsplit("/", 1)[-1].lower()
@@ -165,8 +167,13 @@ class EtcdClient:
                 last_error = e
                 continue
             self._current = index
+            try:
+                result = decode(reply)
+            except etcdpb.DecodeError as e:
+                self._record(op, started, ok=False)
+                raise EtcdError(f"etcd's {op} reply could not be decoded: {e}") from None
             self._record(op, started, ok=True)
-            return reply
+            return result
         self._record(op, started, ok=False)
         raise EtcdUnavailable(f"etcd is unavailable: {last_error}")
 
@@ -186,58 +193,62 @@ class EtcdClient:
                     serializable: bool = False) -> RangeResult:
         message = etcdpb.range_request(key, range_end, limit=limit, revision=revision, keys_only=keys_only,
                                        count_only=count_only, serializable=serializable)
-        return RangeResult.decode(await self._call(KV + b"Range", message, idempotent=True))
+        return await self._call(KV + b"Range", message, RangeResult.decode, idempotent=True)
 
     async def current_revision(self, key: str | bytes) -> int:
         """etcd's revision as of a quorum read sent now: the smallest Range of ``key`` (which need
         not exist). This read is behind every consistent read."""
         message = etcdpb.range_request(key, limit=1, keys_only=True)
-        return etcdpb.reply_revision(await self._call(KV + b"Range", message, idempotent=True))
+        return await self._call(KV + b"Range", message, etcdpb.reply_revision, idempotent=True)
 
     async def get(self, key: str | bytes) -> KeyValue | None:
         result = await self.range(key)
         return result.kvs[0] if result.kvs else None
 
     async def put(self, key: str | bytes, value: bytes, lease: int = 0) -> int:
-        reply = await self._call(KV + b"Put", etcdpb.put_request(key, value, lease), idempotent=False)
-        return etcdpb.reply_revision(reply)
+        return await self._call(KV + b"Put", etcdpb.put_request(key, value, lease), etcdpb.reply_revision,
+                                idempotent=False)
 
     async def delete_range(self, key: str | bytes, range_end: bytes | None = None) -> tuple[int, int]:
         """Delete keys; returns (deleted count, revision)."""
-        reply = await self._call(KV + b"DeleteRange", etcdpb.delete_range_request(key, range_end), idempotent=False)
-        return etcdpb.int_field(reply, 2), etcdpb.reply_revision(reply)
+        return await self._call(KV + b"DeleteRange", etcdpb.delete_range_request(key, range_end),
+                                lambda reply: (etcdpb.int_field(reply, 2), etcdpb.reply_revision(reply)),
+                                idempotent=False)
 
     async def txn(self, compare: list[bytes], success: list[bytes], failure: list[bytes] | None = None) -> TxnResult:
         """One transaction of compares and ops built with :func:`compare_mod_revision`, :func:`op_put`, ..."""
-        reply = await self._call(KV + b"Txn", etcdpb.txn_request(compare, success, failure or []), idempotent=False)
-        return TxnResult(succeeded=etcdpb.txn_succeeded(reply), revision=etcdpb.reply_revision(reply))
+        return await self._call(KV + b"Txn", etcdpb.txn_request(compare, success, failure or []),
+                                lambda reply: TxnResult(etcdpb.txn_succeeded(reply), etcdpb.reply_revision(reply)),
+                                idempotent=False)
 
     async def compact(self, revision: int, physical: bool = False) -> None:
-        await self._call(KV + b"Compact", etcdpb.compaction_request(revision, physical), idempotent=False,
-                         timeout=max(self.config.request_timeout, 30.0))
+        await self._call(KV + b"Compact", etcdpb.compaction_request(revision, physical), etcdpb.reply_revision,
+                         idempotent=False, timeout=max(self.config.request_timeout, 30.0))
 
     # -- leases ----------------------------------------------------------------------
 
     async def lease_grant(self, ttl: int) -> int:
-        reply = await self._call(LEASE + b"LeaseGrant", etcdpb.lease_grant_request(ttl), idempotent=False)
-        if error := etcdpb.string_field(reply, 4):
+        error, lease_id = await self._call(
+            LEASE + b"LeaseGrant", etcdpb.lease_grant_request(ttl),
+            lambda reply: (etcdpb.string_field(reply, 4), etcdpb.int_field(reply, 2)), idempotent=False)
+        if error:
             raise EtcdError(error)
-        return etcdpb.int_field(reply, 2)
+        return lease_id
 
     async def lease_revoke(self, lease_id: int) -> None:
-        await self._call(LEASE + b"LeaseRevoke", etcdpb.lease_request(lease_id), idempotent=True)
+        await self._call(LEASE + b"LeaseRevoke", etcdpb.lease_request(lease_id), etcdpb.reply_revision,
+                         idempotent=True)
 
     async def lease_keepalive(self, lease_id: int) -> int:
         """Refresh a lease once; returns its remaining TTL (0 = the lease is gone)."""
-        reply = await self._call(LEASE + b"LeaseKeepAlive", etcdpb.lease_request(lease_id), idempotent=True,
-                                 first_of_stream=True)
-        return etcdpb.int_field(reply, 3)
+        return await self._call(LEASE + b"LeaseKeepAlive", etcdpb.lease_request(lease_id),
+                                lambda reply: etcdpb.int_field(reply, 3), idempotent=True, first_of_stream=True)
 
     # -- maintenance -----------------------------------------------------------------
 
     async def status(self) -> None:
         """Ask the current member for its status: it answers, or this raises."""
-        await self._call(MAINTENANCE + b"Status", b"", idempotent=True)
+        await self._call(MAINTENANCE + b"Status", b"", etcdpb.reply_revision, idempotent=True)
 
     # -- watch -----------------------------------------------------------------------
 
@@ -262,6 +273,8 @@ class EtcdClient:
                     return
         except GrpcError as e:
             raise self._error(f"etcd watch error: {e.message}", e.code) from None
+        except etcdpb.DecodeError as e:
+            raise EtcdError(f"etcd's watch reply could not be decoded: {e}") from None
         except ConnectionError as e:
             raise EtcdUnavailable(f"etcd watch stream broke: {e}") from e
         finally:

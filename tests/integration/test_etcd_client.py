@@ -190,7 +190,7 @@ async def test_etcds_refusals_carry_its_grpc_status_and_message(plain: Etcd) -> 
             await c.put("/client/huge", b"x" * (2 * 1024 * 1024))
         assert too_large.value.code == 8  # RESOURCE_EXHAUSTED
         with pytest.raises(EtcdError, match="unknown method NoSuchMethod for service etcdserverpb.KV") as unknown:
-            await c._call(b"/etcdserverpb.KV/NoSuchMethod", b"", idempotent=True)
+            await c._call(b"/etcdserverpb.KV/NoSuchMethod", b"", bytes, idempotent=True)
         assert unknown.value.code == 12  # UNIMPLEMENTED
         first = await c.put("/client/compacted", b"1")
         latest = await c.put("/client/compacted", b"2")
