@@ -405,13 +405,14 @@ class _Connection(asyncio.Protocol):
             await self.settled.wait()
         while len(self.calls) >= self.max_streams and not self.closed:
             await self._changed()
-        if self.closed or self.next_stream > LAST_STREAM_ID:
-            self.closed = True
+        if self.closed:
             raise NotSent("connection to etcd closed")
         headers = self.headers_by_method.get(method)
         if headers is None:
             headers = self.headers_by_method[method] = request_headers(self.endpoint, method)
         stream, self.next_stream = self.next_stream, self.next_stream + 2
+        if self.next_stream > LAST_STREAM_ID:
+            self.closed = True  # that was its last stream id: the next call gets a new connection
         call.send_window = self.initial_window
         self.calls[stream] = call
         body = b"\0" + struct.pack(">I", len(message)) + message
@@ -543,20 +544,32 @@ class GrpcConnections:
         try:
             async with asyncio.timeout(timeout):
                 conn = await self._connection(endpoint)
-                if not first_of_stream:
-                    return await conn.call(method, message)
-                stream, call = await conn.open_stream(method, message)
                 try:
-                    reply = await conn.next_message(stream, call)
-                finally:
-                    conn.cancel(stream)
-                if reply is None:
-                    raise GrpcError(GRPC_UNKNOWN, "etcd ended the stream without a reply")
-                return reply
+                    return await self._call_on(conn, method, message, first_of_stream)
+                except NotSent:
+                    if not conn.closed:
+                        raise
+                # The connection closed before etcd took the call (it went away, or its stream ids ran
+                # out): once more, on a new one.
+                conn = await self._connection(endpoint)
+                return await self._call_on(conn, method, message, first_of_stream)
         except TimeoutError:
             if conn is not None:
                 conn.close()  # a member that stopped answering: the next call connects afresh
             raise
+
+    @staticmethod
+    async def _call_on(conn: _Connection, method: bytes, message: bytes, first_of_stream: bool) -> bytes:
+        if not first_of_stream:
+            return await conn.call(method, message)
+        stream, call = await conn.open_stream(method, message)
+        try:
+            reply = await conn.next_message(stream, call)
+        finally:
+            conn.cancel(stream)
+        if reply is None:
+            raise GrpcError(GRPC_UNKNOWN, "etcd ended the stream without a reply")
+        return reply
 
     async def open_stream(self, endpoint: Endpoint, method: bytes, message: bytes, timeout: float) -> ServerStream:
         """Start a call that streams its replies; ``timeout`` bounds connecting and sending only."""

@@ -142,6 +142,18 @@ async def test_calls_beyond_the_members_stream_limit_wait_for_a_free_stream(tmp_
         server.stop()
 
 
+async def test_a_connection_out_of_stream_ids_is_replaced_without_failing_a_call(plain: Etcd) -> None:
+    async for c in _client(EtcdConfig([plain.url])):
+        await c.put("/client/ids", b"0")
+        assert c._grpc is not None
+        (first,) = c._grpc._connections.values()
+        first.next_stream = etcdgrpc.LAST_STREAM_ID - 2  # two stream ids left: 2**31 - 3 and 2**31 - 1
+        revisions = [await c.put("/client/ids", str(i).encode()) for i in range(1, 5)]
+        assert revisions == sorted(revisions) and len(set(revisions)) == 4
+        assert first.closed and first not in c._grpc._connections.values()
+        assert _connections_to(plain.url) == 1
+
+
 async def test_a_range_larger_than_one_frame_arrives_whole(plain: Etcd) -> None:
     """300 values of 1 KiB: ~300 KiB in HTTP/2 frames of at most 16 KiB."""
     async for c in _client(EtcdConfig([plain.url])):
