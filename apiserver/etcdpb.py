@@ -38,12 +38,22 @@ def _bytes_field(number: int, data: bytes) -> bytes:
     return varint(number << 3 | 2) + varint(len(data)) + data
 
 
-def _int_field(number: int, value: int) -> bytes:
-    return varint(number << 3) + varint(value)
-
-
 def _key(key: str | bytes) -> bytes:
     return key.encode() if isinstance(key, str) else key
+
+
+def _message(*fields: tuple[int, int | bytes | str | None]) -> bytes:
+    """Scalar fields in order, each left out at proto3's default (0, false, empty, None), as etcd's
+    own encoder leaves them out. Not for a oneof's members, which must be present even at 0."""
+    out = b""
+    for number, value in fields:
+        if not value:
+            continue
+        if isinstance(value, int):  # bool is an int: true is 1
+            out += varint(number << 3) + varint(int(value))
+        else:
+            out += _bytes_field(number, _key(value))
+    return out
 
 
 # -- requests ---------------------------------------------------------------------------
@@ -51,43 +61,23 @@ def _key(key: str | bytes) -> bytes:
 def range_request(key: str | bytes, range_end: bytes | None = None, *, limit: int = 0, revision: int = 0,
                   keys_only: bool = False, count_only: bool = False, serializable: bool = False) -> bytes:
     """RangeRequest{key 1, range_end 2, limit 3, revision 4, serializable 7, keys_only 8, count_only 9}."""
-    out = _bytes_field(1, _key(key))
-    if range_end is not None:
-        out += _bytes_field(2, range_end)
-    if limit:
-        out += _int_field(3, limit)
-    if revision:
-        out += _int_field(4, revision)
-    if serializable:
-        out += b"\x38\x01"
-    if keys_only:
-        out += b"\x40\x01"
-    if count_only:
-        out += b"\x48\x01"
-    return out
+    return _message((1, key), (2, range_end), (3, limit), (4, revision), (7, serializable), (8, keys_only),
+                    (9, count_only))
 
 
 def put_request(key: str | bytes, value: bytes, lease: int = 0) -> bytes:
     """PutRequest{key 1, value 2, lease 3}."""
-    out = _bytes_field(1, _key(key))
-    if value:
-        out += _bytes_field(2, value)
-    if lease:
-        out += _int_field(3, lease)
-    return out
+    return _message((1, key), (2, value), (3, lease))
 
 
 def delete_range_request(key: str | bytes, range_end: bytes | None = None) -> bytes:
     """DeleteRangeRequest{key 1, range_end 2}."""
-    out = _bytes_field(1, _key(key))
-    if range_end is not None:
-        out += _bytes_field(2, range_end)
-    return out
+    return _message((1, key), (2, range_end))
 
 
 def _compare(target: int, key: str | bytes, union_field: int, union_value: bytes) -> bytes:
     # result 1 is EQUAL, the default, so it is left out; target 2; key 3; then the union member
-    return _int_field(2, target) + _bytes_field(3, _key(key)) + varint(union_field << 3 | (
+    return _message((2, target), (3, key)) + varint(union_field << 3 | (
         2 if union_field == _FIELD_VALUE else 0)) + union_value
 
 
@@ -121,31 +111,23 @@ def watch_create_request(key: str | bytes, range_end: bytes | None = None, *, st
                          prev_kv: bool = False, progress_notify: bool = False) -> bytes:
     """WatchRequest{create_request 1: WatchCreateRequest{key 1, range_end 2, start_revision 3,
     progress_notify 4, prev_kv 6}}."""
-    create = _bytes_field(1, _key(key))
-    if range_end is not None:
-        create += _bytes_field(2, range_end)
-    if start_revision:
-        create += _int_field(3, start_revision)
-    if progress_notify:
-        create += b"\x20\x01"
-    if prev_kv:
-        create += b"\x30\x01"
-    return _bytes_field(1, create)
+    return _bytes_field(1, _message((1, key), (2, range_end), (3, start_revision), (4, progress_notify),
+                                    (6, prev_kv)))
 
 
 def compaction_request(revision: int, physical: bool = False) -> bytes:
     """CompactionRequest{revision 1, physical 2}."""
-    return _int_field(1, revision) + (b"\x10\x01" if physical else b"")
+    return _message((1, revision), (2, physical))
 
 
 def lease_grant_request(ttl: int) -> bytes:
     """LeaseGrantRequest{TTL 1}."""
-    return _int_field(1, ttl)
+    return _message((1, ttl))
 
 
 def lease_request(lease_id: int) -> bytes:
     """LeaseRevokeRequest or LeaseKeepAliveRequest: {ID 1}."""
-    return _int_field(1, lease_id)
+    return _message((1, lease_id))
 
 
 def txn_request(compare: list[bytes], success: list[bytes], failure: list[bytes]) -> bytes:
