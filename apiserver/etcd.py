@@ -21,6 +21,7 @@ from .etcdgrpc import CallBroken, Endpoint, GrpcConnections, GrpcError, NotSent
 from .etcdpb import (  # noqa: F401 - the client's vocabulary, re-exported
     KeyValue,
     RangeResult,
+    TxnResult,
     WatchEvent,
     WatchResponse,
     compare_absent,
@@ -71,12 +72,6 @@ def prefix_end(prefix: bytes | str) -> bytes:
             raw[i] += 1
             return bytes(raw[: i + 1])
     return b"\0"
-
-
-@dataclass(frozen=True, slots=True)
-class TxnResult:
-    succeeded: bool
-    revision: int
 
 
 @dataclass
@@ -218,8 +213,7 @@ class EtcdClient:
     async def txn(self, compare: list[bytes], success: list[bytes], failure: list[bytes] | None = None) -> TxnResult:
         """One transaction of compares and ops built with :func:`compare_mod_revision`, :func:`op_put`, ..."""
         return await self._call(KV + b"Txn", etcdpb.txn_request(compare, success, failure or []),
-                                lambda reply: TxnResult(etcdpb.txn_succeeded(reply), etcdpb.reply_revision(reply)),
-                                idempotent=False)
+                                TxnResult.decode, idempotent=False)
 
     async def compact(self, revision: int, physical: bool = False) -> None:
         await self._call(KV + b"Compact", etcdpb.compaction_request(revision, physical), etcdpb.reply_revision,

@@ -15,8 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 # Compare.CompareTarget and the Compare.target_union member that goes with each
-_TARGET_CREATE, _TARGET_MOD, _TARGET_VALUE = 1, 2, 3
-_FIELD_CREATE_REVISION, _FIELD_MOD_REVISION, _FIELD_VALUE = 5, 6, 7
+_TARGET_CREATE, _TARGET_MOD, _TARGET_VALUE = 1, 2, 3  # Compare.CompareTarget
 
 
 class DecodeError(ValueError):
@@ -75,26 +74,25 @@ def delete_range_request(key: str | bytes, range_end: bytes | None = None) -> by
     return _message((1, key), (2, range_end))
 
 
-def _compare(target: int, key: str | bytes, union_field: int, union_value: bytes) -> bytes:
-    # result 1 is EQUAL, the default, so it is left out; target 2; key 3; then the union member
-    return _message((2, target), (3, key)) + varint(union_field << 3 | (
-        2 if union_field == _FIELD_VALUE else 0)) + union_value
+def _compare(target: int, key: str | bytes, member: bytes) -> bytes:
+    """Compare{target 2, key 3, then ``member`` of target_union}; result 1 is EQUAL, the default.
+    The member is encoded even at 0: in a oneof, presence is what selects it."""
+    return _message((2, target), (3, key)) + member
 
 
 def compare_mod_revision(key: str | bytes, revision: int) -> bytes:
-    """Compare: the key's mod_revision equals ``revision``."""
-    return _compare(_TARGET_MOD, key, _FIELD_MOD_REVISION, varint(revision))
+    """Compare: the key's mod_revision (6) equals ``revision``."""
+    return _compare(_TARGET_MOD, key, varint(6 << 3) + varint(revision))
 
 
 def compare_absent(key: str | bytes) -> bytes:
-    """Compare: the key's create_revision is 0, i.e. it does not exist."""
-    return _compare(_TARGET_CREATE, key, _FIELD_CREATE_REVISION, varint(0))
+    """Compare: the key's create_revision (5) is 0, i.e. it does not exist."""
+    return _compare(_TARGET_CREATE, key, varint(5 << 3) + varint(0))
 
 
 def compare_value(key: str | bytes, value: bytes | str) -> bytes:
-    """Compare: the key's value equals ``value``."""
-    raw = _key(value)
-    return _compare(_TARGET_VALUE, key, _FIELD_VALUE, varint(len(raw)) + raw)
+    """Compare: the key's value (7) equals ``value``."""
+    return _compare(_TARGET_VALUE, key, _bytes_field(7, _key(value)))
 
 
 def op_put(key: str | bytes, value: bytes, lease: int = 0) -> bytes:
@@ -181,10 +179,7 @@ def _int64(value: int) -> int:
 
 def header_revision(header: bytes) -> int:
     """ResponseHeader.revision (field 3)."""
-    for number, value in fields(header):
-        if number == 3 and isinstance(value, int):
-            return _int64(value)
-    return 0
+    return int_field(header, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,17 +286,31 @@ class WatchResponse:
         return resp
 
 
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    succeeded: bool
+    revision: int
+
+    @classmethod
+    def decode(cls, message: bytes) -> TxnResult:
+        """TxnResponse{header 1, succeeded 2}; the responses of its ops (3) are not read."""
+        succeeded, revision = False, None
+        for number, value in fields(message):
+            if number == 1 and isinstance(value, bytes):
+                revision = header_revision(value)
+            elif number == 2:
+                succeeded = value == 1
+        if revision is None:
+            raise DecodeError("etcd's reply carried no header")
+        return cls(succeeded, revision)
+
+
 def reply_revision(message: bytes) -> int:
     """The header's revision of a Range, Put, DeleteRange or Txn reply (all carry it as field 1)."""
     for number, field in fields(message):
         if number == 1 and isinstance(field, bytes):
             return header_revision(field)
     raise DecodeError("etcd's reply carried no header")
-
-
-def txn_succeeded(message: bytes) -> bool:
-    """TxnResponse.succeeded (field 2)."""
-    return any(number == 2 and field == 1 for number, field in fields(message))
 
 
 def int_field(message: bytes, number: int) -> int:

@@ -9,6 +9,7 @@ from apiserver.etcdpb import (
     DecodeError,
     KeyValue,
     RangeResult,
+    TxnResult,
     WatchResponse,
     compare_absent,
     compare_mod_revision,
@@ -17,7 +18,6 @@ from apiserver.etcdpb import (
     op_delete,
     op_put,
     txn_request,
-    txn_succeeded,
     varint,
     watch_create_request,
 )
@@ -68,8 +68,8 @@ def test_a_transaction_nests_its_compares_and_ops() -> None:
 
 def test_a_transactions_outcome_and_revision_come_from_its_reply() -> None:
     header = b"\x0a\x03\x18\x90\x4e"  # TxnResponse.header 1: ResponseHeader{revision 10000}
-    assert txn_succeeded(header + b"\x10\x01") is True
-    assert txn_succeeded(header) is False  # false is proto3's default: absent
+    assert TxnResult.decode(header + b"\x10\x01") == TxnResult(True, 10000)
+    assert TxnResult.decode(header) == TxnResult(False, 10000)  # false is proto3's default: absent
 
 
 def test_a_range_reply_carries_its_kvs_count_more_and_revision() -> None:
