@@ -13,11 +13,11 @@ import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from . import etcdpb
-from .etcdgrpc import CallBroken, Endpoint, GrpcConnections, GrpcError, NotSent
+from .etcdgrpc import CallBroken, Endpoint, GrpcConnections, GrpcError, Keepalive, NotSent
 from .etcdpb import (  # noqa: F401 - the client's vocabulary, re-exported
     KeyValue,
     RangeResult,
@@ -82,6 +82,7 @@ class EtcdConfig:
     keyfile: str | None = None
     request_timeout: float = 5.0
     connect_timeout: float = 2.0
+    keepalive: Keepalive = field(default_factory=Keepalive)  # how a silently dead connection is found
 
 
 LatencyObserver = Callable[[str, float, bool], None]
@@ -112,7 +113,7 @@ class EtcdClient:
 
     async def start(self) -> None:
         if self._grpc is None:
-            self._grpc = GrpcConnections(self._ssl, self.config.connect_timeout)
+            self._grpc = GrpcConnections(self._ssl, self.config.connect_timeout, self.config.keepalive)
 
     async def close(self) -> None:
         if self._grpc is not None:
@@ -270,6 +271,7 @@ class EtcdClient:
         except etcdpb.DecodeError as e:
             raise EtcdError(f"etcd's watch reply could not be decoded: {e}") from None
         except ConnectionError as e:
+            self._current = (self._current + 1) % len(self._endpoints)  # the member may be gone: try another
             raise EtcdUnavailable(f"etcd watch stream broke: {e}") from e
         finally:
             stream.cancel()

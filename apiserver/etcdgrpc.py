@@ -21,6 +21,10 @@ This is the least of HTTP/2 these calls need, in an :class:`asyncio.Protocol`:
   a write may or may not have been applied.
 - A stream's window is given back as its reader takes messages: a reader that falls behind
   holds etcd back instead of buffering without bound.
+- gRPC's keepalive, as kube-apiserver sets it for etcd (:class:`Keepalive`): a connection with
+  calls open that has heard nothing from etcd for ``time`` is sent a PING, and one that does not
+  hear back within ``timeout`` is dead. That is how a watch learns that its member went away
+  without a FIN or RST (a partition, a host that lost power): nothing else would ever end it.
 """
 
 from __future__ import annotations
@@ -65,6 +69,18 @@ class Endpoint:
             raise ValueError(f"etcd endpoint must be http(s)://host:port, got {url!r}")
         return cls(url.rstrip("/"), parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
                    parts.scheme == "https")
+
+
+@dataclass(frozen=True)
+class Keepalive:
+    """grpc's client keepalive: PING after ``time`` seconds without a byte from etcd while calls are
+    open, and give the connection up if nothing arrives within ``timeout`` after it. Idle
+    connections are not pinged: etcd counts pings without streams, or more often than its
+    ``--grpc-keepalive-min-time`` (5 s), as abuse, and closes the connection
+    (GOAWAY ``too_many_pings``)."""
+
+    time: float = 30.0  # kube-apiserver's keepaliveTime for etcd
+    timeout: float = 10.0  # and its keepaliveTimeout
 
 
 class GrpcError(Exception):
@@ -193,9 +209,14 @@ class _StreamCall(_Call):
 class _Connection(asyncio.Protocol):
     """An HTTP/2 client connection that runs calls as concurrent streams."""
 
-    def __init__(self, endpoint: Endpoint, stream_window: int = MAX_WINDOW) -> None:
+    def __init__(self, endpoint: Endpoint, stream_window: int = MAX_WINDOW,
+                 keepalive: Keepalive | None = None) -> None:
         self.endpoint = endpoint
         self.stream_window = stream_window  # what each stream may receive before we give window back
+        self.keepalive = keepalive
+        self.last_read = 0.0  # loop time of the last bytes from etcd
+        self._ping_sent = 0.0  # loop time of the keepalive PING awaiting an answer; 0 if none
+        self._timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.closed = False  # no new calls: gone away, broken, or closed by us
         self.buffer = b""
@@ -222,8 +243,13 @@ class _Connection(asyncio.Protocol):
             (SETTINGS_HEADER_TABLE_SIZE, 0), (SETTINGS_ENABLE_PUSH, 0), (SETTINGS_INITIAL_WINDOW_SIZE, self.stream_window)))
         self.transport.write(PREFACE + _frame(SETTINGS, 0, 0, settings)
                              + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - 65535)))
+        loop = asyncio.get_running_loop()
+        self.last_read = loop.time()
+        if self.keepalive is not None:
+            self._timer = loop.call_later(self.keepalive.time, self._keep_alive)
 
     def data_received(self, data: bytes) -> None:
+        self.last_read = asyncio.get_running_loop().time()
         buffer = self.buffer + data if self.buffer else data
         offset = 0
         try:
@@ -244,7 +270,36 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.settled.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._fail_all(CallBroken(f"connection to etcd closed: {exc}" if exc else "connection to etcd closed"))
+
+    def _keep_alive(self) -> None:
+        """The keepalive timer: PING a connection that has been quiet for ``time`` with calls open,
+        and end it, its calls broken, when nothing has come back ``timeout`` after the PING."""
+        self._timer = None
+        keepalive = self.keepalive
+        if keepalive is None or self.transport is None or self.transport.is_closing():
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._ping_sent:
+            if self.last_read < self._ping_sent:
+                self._fail_all(CallBroken(f"etcd at {self.endpoint.url} did not answer a keepalive ping "
+                                          f"within {keepalive.timeout:g}s"))
+                self.close()
+                return
+            self._ping_sent = 0.0
+        quiet = now - self.last_read
+        if quiet < keepalive.time:
+            self._timer = loop.call_later(keepalive.time - quiet, self._keep_alive)
+        elif not self.calls:  # idle: nothing to keep alive, and etcd would count the PING as abuse
+            self._timer = loop.call_later(keepalive.time, self._keep_alive)
+        else:
+            self._write(_frame(PING, 0, 0, b"keepaliv"))  # 8 opaque bytes, echoed in the ACK
+            self._ping_sent = now
+            self._timer = loop.call_later(keepalive.timeout, self._keep_alive)
 
     # -- frames ----------------------------------------------------------------------------
 
@@ -491,9 +546,11 @@ class GrpcConnections:
     its stream's window (``STREAM_WINDOW``) without holding back the calls.
     """
 
-    def __init__(self, ssl_context: ssl.SSLContext | None, connect_timeout: float) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None, connect_timeout: float,
+                 keepalive: Keepalive | None = None) -> None:
         self.ssl_context = ssl_context
         self.connect_timeout = connect_timeout
+        self.keepalive = keepalive if keepalive is not None else Keepalive()
         self._connections: dict[tuple[Endpoint, bool], _Connection] = {}
         self._connecting: dict[tuple[Endpoint, bool], asyncio.Future[_Connection]] = {}
 
@@ -527,7 +584,7 @@ class GrpcConnections:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await asyncio.get_running_loop().create_connection(
-                    lambda: _Connection(endpoint, stream_window), endpoint.host, endpoint.port,
+                    lambda: _Connection(endpoint, stream_window, self.keepalive), endpoint.host, endpoint.port,
                     ssl=self.ssl_context if endpoint.tls else None,
                     server_hostname=endpoint.host if endpoint.tls else None)
         except TimeoutError:

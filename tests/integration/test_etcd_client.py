@@ -27,6 +27,7 @@ from apiserver.etcd import (
     op_put,
     prefix_end,
 )
+from apiserver.etcdgrpc import Keepalive
 from certs import pki
 from hack.harness import Etcd, Proc, binary, free_port, wait_until
 from tests.conftest import start_etcd
@@ -241,6 +242,48 @@ async def test_a_watch_burst_read_slowly_arrives_complete_and_in_order(plain: Et
             if len(seen) >= 1500:
                 break
         assert seen == [str(i).encode() for i in range(1500)]
+
+
+async def test_a_watch_on_a_member_that_stops_answering_ends_by_keepalive_and_resumes_on_a_new_connection(
+        member: Etcd) -> None:
+    """A hung member (or one across a partition) keeps its TCP connections open and sends nothing:
+    only the keepalive PING going unanswered ends the watch, which then resumes where it was."""
+    async for c in _client(EtcdConfig([member.url], keepalive=Keepalive(time=1.0, timeout=1.0))):
+        start = await c.put("/client/hung/a", b"before")
+        watch = c.watch("/client/hung/", prefix_end("/client/hung/"), start_revision=start + 1)
+        assert (await anext(watch)).created
+        pid = member.proc.pid if member.proc else None
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(EtcdUnavailable, match="did not answer a keepalive ping within 1s"):
+                await asyncio.wait_for(anext(watch), 30)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        written = await c.put("/client/hung/a", b"after")
+        resumed = c.watch("/client/hung/", prefix_end("/client/hung/"), start_revision=start + 1)
+        assert (await anext(resumed)).created
+        events = (await asyncio.wait_for(anext(resumed), 10)).events
+        assert [(ev.kv.value, ev.kv.mod_revision) for ev in events] == [(b"after", written)]
+        await resumed.aclose()
+
+
+async def test_a_quiet_watch_on_a_healthy_member_outlives_many_keepalive_pings(tmp_path: Path) -> None:
+    """A PING every second of silence, each answered: the stream and its connection stay."""
+    server = start_etcd(tmp_path, "etcd", ["--grpc-keepalive-min-time", "500ms"])  # etcd allows pings that often
+    try:
+        async for c in _client(EtcdConfig([server.url], keepalive=Keepalive(time=1.0, timeout=1.0))):
+            start = await c.put("/client/quiet/a", b"before")
+            watch = c.watch("/client/quiet/", prefix_end("/client/quiet/"), start_revision=start + 1)
+            assert (await anext(watch)).created
+            await asyncio.sleep(4.5)  # four pings and their answers, nothing else on the stream
+            written = await c.put("/client/quiet/a", b"after")
+            events = (await asyncio.wait_for(anext(watch), 10)).events
+            assert [(ev.kv.value, ev.kv.mod_revision) for ev in events] == [(b"after", written)]
+            assert _connections_to(server.url) == 2  # calls and the watch, each on its first connection
+            await watch.aclose()
+    finally:
+        server.stop()
 
 
 async def test_a_restarted_member_is_reached_again_on_a_new_connection(member: Etcd) -> None:
