@@ -137,8 +137,8 @@ def metrics_middleware(metrics: Metrics) -> Callable[..., Any]:
         finally:
             inflight.dec()
         attrs = attributes_of(request)
-        metrics.request_served(attrs.verb.upper(), attrs.resource if attrs.resource_request else "", attrs.subresource,
-                               resp.status, None if attrs.verb == "watch" else time.perf_counter() - started)
+        metrics.request_served(request.method, attrs, resp.status,
+                               None if attrs.verb == "watch" else time.perf_counter() - started)
         return resp
     return middleware
 

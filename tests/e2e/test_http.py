@@ -226,7 +226,7 @@ async def test_version_and_metrics(http: aiohttp.ClientSession, namespace: str) 
         assert "gitVersion" in await r.json()
     async with http.get("/metrics") as r:
         text = await r.text()
-    assert 'apiserver_request_total{code="201",resource="virtualclusters",subresource="",verb="CREATE"}' in text
+    assert 'apiserver_request_total{code="201",group="kosmos.io",resource="virtualclusters",scope="resource",subresource="",verb="POST",version="v1alpha1"}' in text
     assert "etcd_request_duration_seconds_bucket" in text
     assert "apiserver_registered_watchers" in text
 

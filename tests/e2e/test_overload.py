@@ -64,7 +64,7 @@ async def test_failed_requests_are_counted_in_metrics(limited: ApiServer, pki_fi
             assert r.status == 404
         async with http.get("/metrics") as r:
             text = await r.text()
-    assert 'apiserver_request_total{code="404",resource="virtualclusters",subresource="",verb="GET"}' in text
+    assert 'apiserver_request_total{code="404",group="kosmos.io",resource="virtualclusters",scope="resource",subresource="",verb="GET",version="v1alpha1"}' in text
 
 
 async def test_a_watcher_that_never_reads_is_closed_and_memory_stays_bounded(limited: ApiServer,
