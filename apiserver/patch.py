@@ -7,7 +7,6 @@ does for custom resources).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import jsonpatch
@@ -24,7 +23,7 @@ ACCEPTED = (JSON_PATCH, MERGE_PATCH)
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, null deletes, everything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return wire.json_copy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -43,7 +42,7 @@ def apply(content_type: str, current: dict[str, Any], body: bytes) -> dict[str, 
         document = orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise errors.bad_request(f"error decoding patch: {e}") from None
-    wire.check_nesting(document, "the patch")
+    wire.check_nesting(document, "the patch", raw=body)
     if media == MERGE_PATCH:
         if not isinstance(document, dict):
             raise errors.bad_request("error decoding patch: a merge patch must be a JSON object")

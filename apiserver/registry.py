@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import json
 import posixpath
 import re
@@ -28,7 +27,7 @@ from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse
 from .storage import Obj, Store
 from .strategy import Strategy
 from .watchcache import Entry, Event, Watcher
-from .wire import MAX_NESTING_DEPTH, check_nesting, now_rfc3339
+from .wire import MAX_NESTING_DEPTH, check_nesting, json_copy, now_rfc3339
 
 FIELD_SELECTORS = ("metadata.name", "metadata.namespace")
 DRY_RUN_ALL = "All"
@@ -200,7 +199,7 @@ def load_body(body: bytes) -> Any:
             raise errors.bad_request(f"the body of the request could not be decoded as JSON: {e}") from None
         check_nesting(document)
         return _replace_surrogates(document)
-    check_nesting(document)
+    check_nesting(document, raw=body)
     return document
 
 
@@ -472,7 +471,7 @@ class Registry:
                 "Invalid value: 0x0: must be specified for an update", "metadata.resourceVersion")])
 
         async def replace(current: Obj) -> Obj:
-            return self._prepare_update(copy.deepcopy(obj), current, subresource)
+            return self._prepare_update(json_copy(obj), current, subresource)
         return await self._write_update(namespace, name, replace, opts, warnings, expected_rv=str(rv))
 
     async def patch(self, namespace: str, name: str, content_type: str, body: bytes, opts: WriteOptions,
@@ -537,7 +536,7 @@ class Registry:
             current = await self.store.get(namespace, name)
             if expected_rv is not None and expected_rv != current["metadata"]["resourceVersion"]:
                 raise errors.conflict(self.info.resource, self.info.group, name, errors.CONFLICT_MODIFIED)
-            return Result(await fn(copy.deepcopy(current)), warnings)
+            return Result(await fn(json_copy(current)), warnings)
         _, new = await self.store.guaranteed_update(namespace, name, fn, expected_rv=expected_rv)
         return Result(new, warnings)
 
@@ -574,7 +573,7 @@ class Registry:
                 meta["generation"] = int(meta.get("generation", 1)) + 1
                 return obj
             if opts.dry_run:
-                return await mark(copy.deepcopy(current)), False
+                return await mark(json_copy(current)), False
             _, new = await self.store.guaranteed_update(namespace, name, mark)
             if new["metadata"].get("deletionTimestamp"):
                 return new, False

@@ -7,7 +7,6 @@ etcd; list and watch are served by the :class:`~apiserver.watchcache.WatchCache`
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -127,7 +126,7 @@ class Store:
             if expected_rv is not None and expected_rv != str(current.rv):
                 raise self._conflict(name)
             try:
-                new = await update(copy.deepcopy(current.obj))
+                new = await update(orjson.loads(current.json()))  # a private copy, from the cached encoding
             except errors.ApiError:
                 if cached:
                     continue

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from . import schema
 from .errors import FIELD_VALUE_INVALID, Cause
 from .resource import FINALIZER, VIRTUALCLUSTERS
 from .selectors import go_bad_value
-from .wire import Column, age
+from .wire import Column, age, json_copy
 
 Obj = dict[str, Any]
 
@@ -61,7 +60,7 @@ class VirtualClusterStrategy:
 
     def prepare_for_update(self, new: Obj, old: Obj) -> None:
         if "status" in old:
-            new["status"] = copy.deepcopy(old["status"])
+            new["status"] = json_copy(old["status"])
         else:
             new.pop("status", None)
         new.setdefault("spec", {})
@@ -71,7 +70,7 @@ class VirtualClusterStrategy:
         new["metadata"]["generation"] = generation
 
     def prepare_for_status_update(self, new: Obj, old: Obj) -> Obj:
-        out = copy.deepcopy(old)
+        out = json_copy(old)
         out["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion")
         if new.get("status") is None:
             out.pop("status", None)
