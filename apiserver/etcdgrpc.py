@@ -217,6 +217,7 @@ class _Connection(asyncio.Protocol):
         self.last_read = 0.0  # loop time of the last bytes from etcd
         self._ping_sent = 0.0  # loop time of the keepalive PING awaiting an answer; 0 if none
         self._timer: asyncio.TimerHandle | None = None
+        self._outgoing: list[bytes] = []  # frames written since the loop last flushed them
         self.transport: asyncio.Transport | None = None
         self.closed = False  # no new calls: gone away, broken, or closed by us
         self.buffer = b""
@@ -396,8 +397,16 @@ class _Connection(asyncio.Protocol):
     # -- calls -----------------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
+        """Queue frames; they leave together once the loop has run what is ready now, so that the
+        calls of requests served in one pass reach etcd in one write (and one raft batch)."""
+        if not self._outgoing:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outgoing.append(data)
+
+    def _flush(self) -> None:
+        data, self._outgoing = self._outgoing, []
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+            self.transport.write(b"".join(data))
 
     async def _changed(self) -> None:
         if self._change is None:
