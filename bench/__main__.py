@@ -1,6 +1,6 @@
 """``python -m bench``: run the side-by-side suite and write its reports.
 
-    python -m bench                      # full run (10,000 objects), ~15 minutes on 2 cores
+    python -m bench                      # full run (10,000 objects), ~10 minutes on 2 cores
     python -m bench --scale 0.02         # smoke run (200 objects), ~1-2 minutes
     python -m bench --no-via-aggregator  # only ours direct vs kube-apiserver + CRD
     python -m bench --target NAME=KUBECONFIG   # one more target serving ours' objects
