@@ -16,7 +16,7 @@ import uvloop
 from aiohttp import web
 
 from .admission import NamespaceLifecycle
-from .app import STATE, ServerState, build_app, version_info
+from .app import SHUTDOWN_TIMEOUT, STATE, ServerState, build_app, version_info
 from .auth import (
     AlwaysAllowAuthorizer,
     Authenticator,
@@ -76,6 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--etcd-compaction-interval", type=float, default=300.0,
                    help="seconds between compactions (0 disables)")
     p.add_argument("--watch-cache-history", type=int, default=10_000, help="events kept for resuming watches")
+    p.add_argument("--shutdown-delay-duration", type=float, default=0.0,
+                   help="seconds to keep serving after SIGTERM while /readyz already fails, so that load "
+                        "balancers and the host's aggregator stop sending requests first (kube's flag)")
     p.add_argument("--enable-reconciler", default="true", choices=["true", "false"],
                    help="run the embedded reconcile loop (with leader election)")
     p.add_argument("--leader-elect-lease-duration", type=int, default=15, help="seconds")
@@ -261,7 +264,7 @@ async def serve(args: argparse.Namespace) -> None:
     # Go's servers read up to 1 MiB of request line and headers; aiohttp's 8 KiB defaults would
     # refuse long label selectors and bearer tokens with a plain-text 400 instead of a Status.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, max_line_size=1 << 20,
-                           max_field_size=64 << 10)
+                           max_field_size=64 << 10, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
     site = web.TCPSite(runner, args.bind_address, args.secure_port, ssl_context=serving, backlog=1024)
     await site.start()
@@ -271,8 +274,15 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("shutting down")
+    # As kube-apiserver terminates: /readyz fails at once, everything is served for the delay, then
+    # the listener closes, every watch ends cleanly (its client re-watches elsewhere), and requests
+    # in flight get SHUTDOWN_TIMEOUT to finish.
+    state.shutting_down = True
+    log.info("shutting down: /readyz fails from now on; serving for %gs more (--shutdown-delay-duration)",
+             args.shutdown_delay_duration)
+    await asyncio.sleep(args.shutdown_delay_duration)
     await runner.cleanup()
+    log.info("shut down")
 
 
 def main(argv: list[str] | None = None) -> None:

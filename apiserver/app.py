@@ -55,10 +55,12 @@ class ServerState:
     registry: Registry = field(init=False)
     started: float = field(default_factory=time.monotonic)
     readiness_checks: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+    shutting_down: bool = False  # SIGTERM received: /readyz fails while requests are still served
     background: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
 
 
 STATE = web.AppKey("state", ServerState)
+SHUTDOWN_TIMEOUT = 60.0  # seconds requests in flight get to finish once the listener is closed (kube's)
 
 
 # -- request info ------------------------------------------------------------------------
@@ -250,10 +252,15 @@ def health_routes(state: ServerState) -> list[web.RouteDef]:
     async def ping() -> None:
         return None
 
+    async def shutdown() -> None:
+        if state.shutting_down:
+            raise RuntimeError("the server is shutting down")
+
     def checks(kind: str) -> dict[str, Callable[[], Awaitable[None]]]:
         base: dict[str, Callable[[], Awaitable[None]]] = {"ping": ping}
         if kind == "readyz":
             base.update(state.readiness_checks)
+            base["shutdown"] = shutdown
         elif kind == "healthz":
             base.update({k: v for k, v in state.readiness_checks.items() if k == "etcd"})
         return base
@@ -370,7 +377,13 @@ def build_app(state: ServerState) -> web.Application:
         await state.store.cache.stop()
         await state.etcd.close()
 
+    async def end_watches(app: web.Application) -> None:
+        """On shutdown, once the listener is closed: every watch ends as a finished response, and its
+        client re-watches from its last resourceVersion, against another replica."""
+        handlers.end_watches("the server is shutting down")
+
     app.on_startup.append(startup)
+    app.on_shutdown.append(end_watches)
     app.on_cleanup.append(cleanup)
     return app
 

@@ -218,6 +218,10 @@ class ResourceHandlers:
 
     # -- watch -----------------------------------------------------------------------
 
+    def end_watches(self, reason: str) -> None:
+        """End every open watch stream as a finished response (its handler writes the last chunk)."""
+        self._watchdog.end_all(reason)
+
     async def watch(self, request: web.Request, namespace: str | None, opts: ListOptions,
                     target: wire.Target) -> web.StreamResponse:
         query = request.rel_url.query
@@ -329,6 +333,10 @@ class _Watchdog:
 
     def discard(self, stream: _Stream) -> None:
         self._streams.discard(stream)
+
+    def end_all(self, reason: str) -> None:
+        for stream in list(self._streams):
+            stream.watcher.close(reason)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

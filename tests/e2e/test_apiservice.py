@@ -19,6 +19,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from apiserver.__main__ import parse_args as server_args
+from apiserver.app import SHUTDOWN_TIMEOUT
 from apiserver.kubeclient import ClusterAccess, HostError, KubeClient
 from apiservice import tls
 from apiservice.manifests import AGENT_SECRETS, APISERVICE, DEPLOY, ENCRYPTION_SECRET, SECRETS
@@ -196,6 +197,9 @@ def test_the_server_deployment_is_highly_available_and_probed_over_https() -> No
     flags = {a.split("=")[0] for a in container["args"]}
     assert {"--secure-port", "--tls-cert-file", "--tls-private-key-file", "--etcd-servers", "--etcd-cafile",
             "--etcd-certfile", "--etcd-keyfile"} <= flags
+    # A rolling update waits out the shutdown: the delay, then the requests in flight.
+    delay = float(next(a.split("=")[1] for a in container["args"] if a.startswith("--shutdown-delay-duration=")))
+    assert pod["terminationGracePeriodSeconds"] >= delay + SHUTDOWN_TIMEOUT
     [service] = [s for s in of_kind(objs, "Service") if s["metadata"]["name"] == "vc-apiserver"]
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(443, 6443)]
     [etcd] = of_kind(objs, "StatefulSet")

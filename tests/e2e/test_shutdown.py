@@ -1,0 +1,70 @@
+"""SIGTERM ends vc-apiserver as kube-apiserver ends: /readyz fails at once while everything is still
+served for --shutdown-delay-duration, then the listener closes, every watch ends as a finished
+response (its client re-watches elsewhere), and the process exits well within a pod's default
+termination grace period of 30 s."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from hack.harness import ApiServer, Etcd, Pki, free_port
+from tests.conftest import vc
+
+DELAY = 5.0
+NS = "shutdown"
+COLLECTION = f"/apis/kosmos.io/v1alpha1/namespaces/{NS}/virtualclusters"
+
+
+@pytest.fixture
+def stopping(tmp_path: Path, pki_files: Pki, etcd: Etcd) -> Iterator[ApiServer]:
+    api = ApiServer(pki_files, etcd.url, free_port(), tmp_path / "vc-apiserver.log",
+                    extra_args=["--enable-reconciler", "false", "--shutdown-delay-duration", str(DELAY)]).start()
+    yield api
+    api.stop()
+
+
+async def _readyz(http: aiohttp.ClientSession) -> tuple[int, str]:
+    async with http.get("/readyz?verbose") as r:
+        return r.status, await r.text()
+
+
+async def test_sigterm_fails_readyz_serves_through_the_delay_then_ends_watches_and_exits(
+        stopping: ApiServer, pki_files: Pki) -> None:
+    assert stopping.proc is not None and stopping.proc.popen is not None
+    async with aiohttp.ClientSession(base_url=stopping.url, connector=aiohttp.TCPConnector(
+            ssl=pki_files.ssl_context("admin"))) as http:
+        async with http.post(COLLECTION, json=vc("before", NS)) as r:
+            assert r.status == 201
+        watch = await http.get(COLLECTION + "?watch=true&resourceVersion=0")
+        first = json.loads(await asyncio.wait_for(watch.content.readline(), 10))
+        assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "before")
+        assert (await _readyz(http))[0] == 200
+
+        stopping.proc.signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        status, text = await _readyz(http)
+        while status == 200 and time.monotonic() - signalled < DELAY / 2:  # the signal is handled on its own time
+            await asyncio.sleep(0.05)
+            status, text = await _readyz(http)
+        assert status == 500 and "[-]shutdown failed: reason withheld" in text and "[+]ping ok" in text
+        async with http.get("/livez") as r:
+            assert r.status == 200  # not dead: a liveness probe must not kill it meanwhile
+        async with http.post(COLLECTION, json=vc("during", NS)) as r:
+            assert r.status == 201  # still served during the delay
+        assert time.monotonic() - signalled < DELAY, "the delay was over before the checks ran"
+
+        rest = await asyncio.wait_for(watch.content.read(), 30)  # read() raises if the stream is cut
+        events = [json.loads(line) for line in rest.splitlines() if line]
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "during")]
+        assert time.monotonic() - signalled >= DELAY  # not before the delay was over
+
+    code = await asyncio.to_thread(stopping.proc.popen.wait, 30)
+    assert code == 0
