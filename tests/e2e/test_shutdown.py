@@ -15,8 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from hack.harness import ApiServer, Etcd, Pki, free_port
-from tests.conftest import vc
+from hack.harness import ApiServer, Pki, free_port
+from tests.conftest import start_etcd, vc
 
 DELAY = 5.0
 NS = "shutdown"
@@ -24,11 +24,14 @@ COLLECTION = f"/apis/kosmos.io/v1alpha1/namespaces/{NS}/virtualclusters"
 
 
 @pytest.fixture
-def stopping(tmp_path: Path, pki_files: Pki, etcd: Etcd) -> Iterator[ApiServer]:
+def stopping(tmp_path: Path, pki_files: Pki) -> Iterator[ApiServer]:
+    """A server on an etcd of its own: no other server (nor its reconciler) touches its objects."""
+    etcd = start_etcd(tmp_path, "etcd")
     api = ApiServer(pki_files, etcd.url, free_port(), tmp_path / "vc-apiserver.log",
                     extra_args=["--enable-reconciler", "false", "--shutdown-delay-duration", str(DELAY)]).start()
     yield api
     api.stop()
+    etcd.stop()
 
 
 async def _readyz(http: aiohttp.ClientSession) -> tuple[int, str]:
