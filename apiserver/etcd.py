@@ -123,6 +123,10 @@ class EtcdClient:
 
     # -- transport -------------------------------------------------------------------
 
+    def _move_past(self, index: int) -> None:
+        """The next call or watch goes to the member after ``index``: that one failed it."""
+        self._current = (index + 1) % len(self._endpoints)
+
     def _record(self, op: str, started: float, ok: bool) -> None:
         if self._observe is not None:
             self._observe(op, time.perf_counter() - started, ok)
@@ -148,13 +152,13 @@ class EtcdClient:
                 raise self._error(e.message, e.code) from None
             except TimeoutError:
                 self._record(op, started, ok=False)
-                self._current = (index + 1) % len(self._endpoints)  # the next call asks another member
+                self._move_past(index)  # the next call asks another member
                 raise EtcdUnavailable(f"etcd is unavailable: {endpoint.url} did not answer within "
                                       f"{timeout:g}s") from None
             except CallBroken as e:
                 if not idempotent:
                     self._record(op, started, ok=False)
-                    self._current = (index + 1) % len(self._endpoints)
+                    self._move_past(index)
                     raise EtcdUnavailable(f"etcd is unavailable: {e}; the write may or may not have been "
                                           "applied") from None
                 last_error = e
@@ -254,11 +258,12 @@ class EtcdClient:
             raise RuntimeError("EtcdClient.start() was not awaited")
         request = etcdpb.watch_create_request(key, range_end, start_revision=start_revision, prev_kv=prev_kv,
                                               progress_notify=progress_notify)
-        endpoint = self._endpoints[self._current]
+        index = self._current
+        endpoint = self._endpoints[index]
         try:
             stream = await self._grpc.open_stream(endpoint, WATCH, request, self.config.request_timeout)
         except (TimeoutError, ConnectionError) as e:
-            self._current = (self._current + 1) % len(self._endpoints)
+            self._move_past(index)
             raise EtcdUnavailable(f"etcd watch failed: {type(e).__name__}: {e}".rstrip(": ")) from e
         try:
             while (message := await stream.next()) is not None:
@@ -271,7 +276,7 @@ class EtcdClient:
         except etcdpb.DecodeError as e:
             raise EtcdError(f"etcd's watch reply could not be decoded: {e}") from None
         except ConnectionError as e:
-            self._current = (self._current + 1) % len(self._endpoints)  # the member may be gone: try another
+            self._move_past(index)  # the member may be gone: try another
             raise EtcdUnavailable(f"etcd watch stream broke: {e}") from e
         finally:
             stream.cancel()

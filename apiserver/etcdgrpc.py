@@ -212,12 +212,12 @@ class _StreamCall(_Call):
 class _Connection(asyncio.Protocol):
     """An HTTP/2 client connection that runs calls as concurrent streams."""
 
-    def __init__(self, endpoint: Endpoint, stream_window: int = MAX_WINDOW,
-                 keepalive: Keepalive | None = None) -> None:
+    def __init__(self, endpoint: Endpoint, stream_window: int, keepalive: Keepalive) -> None:
         self.endpoint = endpoint
         self.stream_window = stream_window  # what each stream may receive before we give window back
         self.keepalive = keepalive
-        self.last_read = 0.0  # loop time of the last bytes from etcd
+        self._loop = asyncio.get_running_loop()
+        self.last_read = self._loop.time()  # loop time of the last bytes from etcd
         self._ping_sent = 0.0  # loop time of the keepalive PING awaiting an answer; 0 if none
         self._timer: asyncio.TimerHandle | None = None
         self._outgoing: list[bytes] = []  # frames written since the loop last flushed them
@@ -247,13 +247,11 @@ class _Connection(asyncio.Protocol):
             (SETTINGS_HEADER_TABLE_SIZE, 0), (SETTINGS_ENABLE_PUSH, 0), (SETTINGS_INITIAL_WINDOW_SIZE, self.stream_window)))
         self.transport.write(PREFACE + _frame(SETTINGS, 0, 0, settings)
                              + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - 65535)))
-        loop = asyncio.get_running_loop()
-        self.last_read = loop.time()
-        if self.keepalive is not None:
-            self._timer = loop.call_later(self.keepalive.time, self._keep_alive)
+        self.last_read = self._loop.time()
+        self._timer = self._loop.call_later(self.keepalive.time, self._keep_alive)
 
     def data_received(self, data: bytes) -> None:
-        self.last_read = asyncio.get_running_loop().time()
+        self.last_read = self._loop.time()
         buffer = self.buffer + data if self.buffer else data
         offset = 0
         try:
@@ -283,10 +281,9 @@ class _Connection(asyncio.Protocol):
         """The keepalive timer: PING a connection that has been quiet for ``time`` with calls open,
         and end it, its calls broken, when nothing has come back ``timeout`` after the PING."""
         self._timer = None
-        keepalive = self.keepalive
-        if keepalive is None or self.transport is None or self.transport.is_closing():
+        keepalive, loop = self.keepalive, self._loop
+        if self.transport is None or self.transport.is_closing():
             return
-        loop = asyncio.get_running_loop()
         now = loop.time()
         if self._ping_sent:
             if self.last_read < self._ping_sent:
@@ -403,7 +400,7 @@ class _Connection(asyncio.Protocol):
         """Queue frames; they leave together once the loop has run what is ready now, so that the
         calls of requests served in one pass reach etcd in one write (and one raft batch)."""
         if not self._outgoing:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         self._outgoing.append(data)
 
     def _flush(self) -> None:
@@ -558,11 +555,10 @@ class GrpcConnections:
     its stream's window (``STREAM_WINDOW``) without holding back the calls.
     """
 
-    def __init__(self, ssl_context: ssl.SSLContext | None, connect_timeout: float,
-                 keepalive: Keepalive | None = None) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None, connect_timeout: float, keepalive: Keepalive) -> None:
         self.ssl_context = ssl_context
         self.connect_timeout = connect_timeout
-        self.keepalive = keepalive if keepalive is not None else Keepalive()
+        self.keepalive = keepalive
         self._connections: dict[tuple[Endpoint, bool], _Connection] = {}
         self._connecting: dict[tuple[Endpoint, bool], asyncio.Future[_Connection]] = {}
 
