@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING
 import uvloop
 from aiohttp import web
 
-from .admission import NamespaceLifecycle
-from .app import SHUTDOWN_TIMEOUT, STATE, ServerState, build_app, version_info
-from .auth import (
+from apiserver.auth.authn import (
     AlwaysAllowAuthorizer,
     Authenticator,
     Authorizer,
@@ -26,21 +24,23 @@ from .auth import (
     TokenFileAuthenticator,
     UnionAuthenticator,
 )
-from .compactor import Compactor
-from .delegated import (
+from apiserver.auth.delegated import (
     AuthenticationSource,
     Overrides,
     RequestHeaderAuthenticator,
     SubjectAccessReviewAuthorizer,
     TokenReviewAuthenticator,
 )
-from .etcd import EtcdClient, EtcdConfig
-from .kubeclient import KubeClient, in_cluster, running_in_cluster
-from .metrics import Metrics
-from .secrets import SecretStore, load_key_file
+from apiserver.etcd.client import EtcdClient, EtcdConfig
+from apiserver.kubeclient.client import KubeClient, in_cluster, running_in_cluster
+from apiserver.registry.admission import NamespaceLifecycle
+from apiserver.server.app import SHUTDOWN_TIMEOUT, STATE, ServerState, build_app, version_info
+from apiserver.server.metrics import Metrics
+from apiserver.storage.compactor import Compactor
+from apiserver.storage.secrets import SecretStore, load_key_file
 
 if TYPE_CHECKING:
-    from reconciler.nodes import NodeJoiner
+    from reconciler.nodes.promoter import NodeJoiner
     from reconciler.runtime.base import ControlPlaneRuntime
 
 log = logging.getLogger("vc-apiserver")
@@ -233,7 +233,7 @@ def build_joiner(args: argparse.Namespace, state: ServerState) -> NodeJoiner | N
     """The agent joiner when asked for; None leaves the default (kwok beside the process runtime)."""
     if args.node_joiner != "agent":
         return None
-    from reconciler.agentjoiner import AgentAccess, AgentJoiner
+    from reconciler.nodes.agentjoiner import AgentAccess, AgentJoiner
 
     files = (args.node_agent_ca_file, args.node_agent_client_cert_file, args.node_agent_client_key_file)
     if not all(files):

@@ -41,7 +41,7 @@ from .manifests import (
 )
 
 FIELD_MANAGER = "vc-apiserver-installer"
-CLAIM_LABEL = "kosmos.io/virtualcluster"  # reconciler.selection.CLAIM_LABEL: a host node promoted into a tenant
+CLAIM_LABEL = "kosmos.io/virtualcluster"  # reconciler.nodes.selection.CLAIM_LABEL: a host node promoted into a tenant
 Say = Callable[[str], None]
 
 

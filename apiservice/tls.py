@@ -8,7 +8,7 @@
 - With the node agent (``--node-joiner agent``), its mutual TLS, one CA per direction:
   ``node-agent-ca`` signs ``node-agent-serving``, the one serving certificate of every agent
   (CN and DNS SAN ``kosmos-node-agent``, the name the joiner pins: agents are dialled at node
-  addresses no install-time certificate can name; see ``reconciler.agentjoiner.PinnedNameContext``);
+  addresses no install-time certificate can name; see ``reconciler.nodes.agentjoiner.PinnedNameContext``);
   ``node-agent-client-ca`` signs ``node-agent-client``, vc-apiserver's client certificate
   (CN ``kosmos:node-agent-client``, the name agents allow). Each side trusts only the CA of the
   other, so the serving key that every node holds is no client credential anywhere, and neither
@@ -155,7 +155,7 @@ def ensure_node_agent(certs: CertDir) -> None:
 
 def ensure_encryption_key(certs: CertDir) -> Path:
     """Created once: a new key would make every stored tenant key unreadable."""
-    from apiserver.secrets import generate_key_file  # lazily: it brings the etcd client along
+    from apiserver.storage.secrets import generate_key_file  # lazily: it brings the etcd client along
 
     path = certs.path / ENCRYPTION_KEY
     return path if path.exists() else generate_key_file(path)

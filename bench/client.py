@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from apiserver.resource import VIRTUALCLUSTERS as VC
+from apiserver.apis.resource import VIRTUALCLUSTERS as VC
 
 from .servers import Target
 

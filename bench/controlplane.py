@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from apiserver.secrets import generate_key_file
+from apiserver.storage.secrets import generate_key_file
 from certs import tenant as tenantpki
 from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
 from reconciler.runtime.process import COMPONENTS, ProcessRuntime

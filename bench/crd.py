@@ -1,9 +1,9 @@
 """The baseline's CustomResourceDefinition, generated from the schema vc-apiserver validates with.
 
 The comparison is only fair if kube-apiserver validates, prunes and prints the same resource, so
-the CRD is derived, never hand-written: the OpenAPI v3 definitions of :mod:`apiserver.openapi`
+the CRD is derived, never hand-written: the OpenAPI v3 definitions of :mod:`apiserver.endpoints.openapi`
 are inlined into one structural schema (CRDs allow no ``$ref``), list uniqueness comes from the
-``Unique`` validators of :mod:`apiserver.schema`, and the printer columns from the strategy's
+``Unique`` validators of :mod:`apiserver.apis.schema`, and the printer columns from the strategy's
 Table columns. What a CRD cannot express (DNS-name and label-syntax checks, the computed
 ``ready/desired`` NODES cell) is approximated and said so in ``docs/benchmarks.md``.
 """
@@ -14,9 +14,10 @@ from typing import Any
 
 from marshmallow import fields
 
-from apiserver import openapi, schema
-from apiserver.resource import VIRTUALCLUSTERS as VC
-from apiserver.virtualcluster import VirtualClusterStrategy
+from apiserver.apis import schema
+from apiserver.apis.resource import VIRTUALCLUSTERS as VC
+from apiserver.endpoints import openapi
+from apiserver.registry.virtualcluster import VirtualClusterStrategy
 
 # controller-gen's pattern for resource.Quantity: what kube CRDs use where Go code has a Quantity.
 QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"

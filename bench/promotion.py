@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from apiserver.kubeclient import HostError, HostUnavailable, KubeClient
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from hack.harness import Stack, StackPorts, fake_node
-from reconciler.kwokjoiner import tenant_node
-from reconciler.nodes import PARALLEL
-from reconciler.selection import CLAIM_LABEL
+from reconciler.nodes.kwokjoiner import tenant_node
+from reconciler.nodes.promoter import PARALLEL
+from reconciler.nodes.selection import CLAIM_LABEL
 
 from .controlplane import rss_kib
 

@@ -549,7 +549,7 @@ class Stack:
 
     def up(self, nodes: int = 4, say: Callable[[str], None] = lambda _: None) -> list[str]:
         """Start what is not healthy; returns the names of what was started."""
-        from apiserver.secrets import generate_key_file
+        from apiserver.storage.secrets import generate_key_file
         from apiservice import install, tls
         from apiservice.kubectl import Kubectl as InstallKubectl
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apiserver.kubeclient import HostError, HostUnavailable, KubeClient
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 
 REPO = Path(__file__).resolve().parent.parent
 LEASE_SECONDS = 40

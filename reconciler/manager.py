@@ -10,18 +10,17 @@ import socket
 
 from aiohttp import web
 
-from apiserver import errors
-from apiserver.app import ServerState
-from apiserver.kubeclient import HostError, HostUnavailable
-
-from .controlplane import Backoff, ControlPlaneController, Requeue
-from .informer import Informer, split_key
-from .kwokjoiner import KwokJoiner
-from .leader import LeaderElector
-from .nodes import NodeJoiner, NodePromoter
-from .runtime.base import ControlPlaneRuntime
-from .runtime.process import ProcessRuntime
-from .workqueue import WorkQueue
+from apiserver.kubeclient.client import HostError, HostUnavailable
+from apiserver.machinery import errors
+from apiserver.server.app import ServerState
+from reconciler.controlplane.controller import Backoff, ControlPlaneController, Requeue
+from reconciler.loop.informer import Informer, split_key
+from reconciler.loop.leader import LeaderElector
+from reconciler.loop.workqueue import WorkQueue
+from reconciler.nodes.kwokjoiner import KwokJoiner
+from reconciler.nodes.promoter import NodeJoiner, NodePromoter
+from reconciler.runtime.base import ControlPlaneRuntime
+from reconciler.runtime.process import ProcessRuntime
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from . import CLIENT_CN, DEFAULT_PORT
-from .files import KubeletPaths
-from .server import AgentConfig, NodeAgent, build_app, serving_context
+from reconciler.nodeagent import CLIENT_CN, DEFAULT_PORT
+from reconciler.nodeagent.files import KubeletPaths
+from reconciler.nodeagent.server import AgentConfig, NodeAgent, build_app, serving_context
 
 log = logging.getLogger("node-agent")
 

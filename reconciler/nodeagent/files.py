@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ..fileio import remove, symlink_atomic, write_atomic
+from reconciler.fileio import remove, symlink_atomic, write_atomic
 
 PRIVATE = 0o600
 PUBLIC = 0o644

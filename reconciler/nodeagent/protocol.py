@@ -15,9 +15,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import NameOID
 
-from apiserver import errors
-from apiserver.errors import Cause
-from apiserver.names import (
+from apiserver.machinery import errors
+from apiserver.machinery.errors import Cause
+from apiserver.machinery.validation import (
     OMIT_VALUE,
     dns1123_label_errors,
     dns1123_subdomain_errors,

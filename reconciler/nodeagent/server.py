@@ -22,12 +22,19 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from apiserver import errors
-from apiserver.wire import now_rfc3339
-
-from . import protocol
-from .files import PRIVATE, PUBLIC, Backup, KubeletPaths, stale, tenant_kubeconfig, write_atomic
-from .state import Joined, StateFile, status
+from apiserver.endpoints.negotiation import now_rfc3339
+from apiserver.machinery import errors
+from reconciler.nodeagent import protocol
+from reconciler.nodeagent.files import (
+    PRIVATE,
+    PUBLIC,
+    Backup,
+    KubeletPaths,
+    stale,
+    tenant_kubeconfig,
+    write_atomic,
+)
+from reconciler.nodeagent.state import Joined, StateFile, status
 
 log = logging.getLogger(__name__)
 

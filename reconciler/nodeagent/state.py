@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..fileio import remove, write_atomic
-from .files import PRIVATE
+from reconciler.fileio import remove, write_atomic
+from reconciler.nodeagent.files import PRIVATE
 
 
 @dataclass(frozen=True)

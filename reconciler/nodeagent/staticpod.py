@@ -41,10 +41,10 @@ from typing import Any
 
 import yaml
 
-from ..fileio import remove, write_atomic
-from . import CLIENT_CN, DEFAULT_PORT
-from .files import PRIVATE, PUBLIC, KubeletPaths, stale
-from .state import StateFile
+from reconciler.fileio import remove, write_atomic
+from reconciler.nodeagent import CLIENT_CN, DEFAULT_PORT
+from reconciler.nodeagent.files import PRIVATE, PUBLIC, KubeletPaths, stale
+from reconciler.nodeagent.state import StateFile
 
 log = logging.getLogger("node-agent-installer")
 
@@ -233,7 +233,7 @@ async def pod_image(client: Any, namespace: str, name: str, container: str = INS
 
 
 def image_from_pod(reference: str) -> str:
-    from apiserver.kubeclient import KubeClient, in_cluster
+    from apiserver.kubeclient.client import KubeClient, in_cluster
 
     namespace, _, name = reference.partition("/")
 

@@ -41,13 +41,12 @@ from typing import Any
 import aiohttp
 from cryptography import x509
 
-from apiserver.kubeclient import HostError, HostUnavailable, KubeClient
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
-from reconciler.tenant import admin_client
-
-from .base import ControlPlaneState, Obj, RuntimeFailure
-from .process import SERVICE_CIDR
+from reconciler.controlplane.tenant import admin_client
+from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure
+from reconciler.runtime.process import SERVICE_CIDR
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,8 @@ import aiohttp
 
 from certs import pki as pkilib
 from certs.tenant import TenantPki
-
-from ..fileio import write_if_changed
-from .base import ControlPlaneState, Obj, RuntimeFailure
+from reconciler.fileio import write_if_changed
+from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from apiserver.keys import KeyLayout
-from apiserver.resource import VIRTUALCLUSTERS
+from apiserver.apis.resource import VIRTUALCLUSTERS
+from apiserver.storage.keys import KeyLayout
 from certs import pki
 from hack.harness import Stack
-from reconciler.selection import CLAIM_LABEL
+from reconciler.nodes.selection import CLAIM_LABEL
 from tests.conftest import Kubectl, process_stack, tenant_processes, vc
 
 pytestmark = pytest.mark.e2e

@@ -21,9 +21,9 @@ import pytest
 import yaml
 from cryptography import x509
 
-from apiserver.etcd import EtcdClient, EtcdConfig, prefix_end
-from apiserver.keys import secret_key
-from apiserver.secrets import generate_key_file
+from apiserver.etcd.client import EtcdClient, EtcdConfig, prefix_end
+from apiserver.storage.keys import secret_key
+from apiserver.storage.secrets import generate_key_file
 from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
 from tests.conftest import EXAMPLES, Kubectl, start_etcd, tenant_processes, vc
 

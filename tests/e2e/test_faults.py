@@ -36,7 +36,7 @@ import aiohttp
 import orjson
 import pytest
 
-from apiserver.resource import FINALIZER
+from apiserver.apis.resource import FINALIZER
 from hack.harness import ApiServer, Etcd, Pki, free_port
 from tests.conftest import start_etcd, vc
 

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 import yaml
 
-from apiserver.etcd import EtcdClient, EtcdConfig
-from apiserver.kubeclient import HostError, KubeClient
-from apiserver.secrets import SecretStore, generate_key_file, load_key_file, load_pki
+from apiserver.etcd.client import EtcdClient, EtcdConfig
+from apiserver.kubeclient.client import HostError, KubeClient
+from apiserver.storage.secrets import SecretStore, generate_key_file, load_key_file, load_pki
 from apiservice import tls
 from apiservice.manifests import agent_secrets
 from certs import pki
@@ -53,11 +53,11 @@ from hack.harness import (
     wait_until,
     write_kubeconfig,
 )
-from reconciler.agentjoiner import AgentAccess, AgentJoiner, agent_client_context
+from reconciler.controlplane.tenant import admin_client
 from reconciler.nodeagent import CLIENT_CN, protocol, staticpod
 from reconciler.nodeagent.files import KubeletPaths
+from reconciler.nodes.agentjoiner import AgentAccess, AgentJoiner, agent_client_context
 from reconciler.runtime.process import ProcessRuntime
-from reconciler.tenant import admin_client
 from tests.conftest import Kubectl, start_etcd, vc
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.kubeclient import KubeClient
+from apiserver.kubeclient.client import KubeClient
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 from hack.harness import HostCluster, create_fake_nodes, free_port, wait_until

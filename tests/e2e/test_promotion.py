@@ -18,7 +18,7 @@ from cryptography import x509
 from certs import pki
 from certs.tenant import TenantPki
 from hack.harness import Stack, fake_node
-from reconciler.selection import CLAIM_LABEL
+from reconciler.nodes.selection import CLAIM_LABEL
 from tests.conftest import EXAMPLES, Kubectl, process_stack, vc
 
 pytestmark = pytest.mark.e2e

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from apiserver import etcdgrpc
-from apiserver.etcd import (
+from apiserver.etcd import grpc as etcdgrpc
+from apiserver.etcd.client import (
     EtcdClient,
     EtcdCompacted,
     EtcdConfig,
@@ -27,7 +27,7 @@ from apiserver.etcd import (
     op_put,
     prefix_end,
 )
-from apiserver.etcdgrpc import Keepalive
+from apiserver.etcd.grpc import Keepalive
 from certs import pki
 from hack.harness import Etcd, Proc, binary, free_port, wait_until
 from tests.conftest import start_etcd

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from apiserver.etcd import EtcdClient, EtcdConfig
+from apiserver.etcd.client import EtcdClient, EtcdConfig
 from hack.harness import Etcd
-from reconciler.leader import LeaderElector
-from reconciler.workqueue import WorkQueue
+from reconciler.loop.leader import LeaderElector
+from reconciler.loop.workqueue import WorkQueue
 from tests.conftest import start_etcd
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from apiserver import errors
-from apiserver.compactor import Compactor
-from apiserver.etcd import EtcdClient, EtcdConfig
-from apiserver.resource import VIRTUALCLUSTERS
-from apiserver.selectors import parse_label_selector
-from apiserver.storage import Store
-from apiserver.watchcache import ADDED, DELETED, MODIFIED, Entry
+from apiserver.apis.resource import VIRTUALCLUSTERS
+from apiserver.etcd.client import EtcdClient, EtcdConfig
+from apiserver.machinery import errors
+from apiserver.machinery.selectors import parse_label_selector
+from apiserver.storage.cacher import ADDED, DELETED, MODIFIED, Entry
+from apiserver.storage.compactor import Compactor
+from apiserver.storage.etcd3 import Store
 from hack.harness import Etcd
 from tests.conftest import start_etcd, vc
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.etcdpb import (
+from apiserver.etcd.messages import (
     DecodeError,
     KeyValue,
     RangeResult,

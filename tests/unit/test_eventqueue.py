@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from apiserver.watchcache import MODIFIED, Event, EventQueue
+from apiserver.storage.cacher import MODIFIED, Event, EventQueue
 
 
 def event(rv: int) -> Event:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.auth import Attributes
-from apiserver.metrics import Metrics
+from apiserver.auth.authn import Attributes
+from apiserver.server.metrics import Metrics
 
 GROUP, VERSION = "kosmos.io", "v1alpha1"
 

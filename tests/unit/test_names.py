@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.errors import (
+from apiserver.machinery.errors import (
     FIELD_VALUE_DUPLICATE,
     FIELD_VALUE_FORBIDDEN,
     FIELD_VALUE_INVALID,
@@ -18,7 +18,7 @@ from apiserver.errors import (
     Cause,
     invalid,
 )
-from apiserver.names import (
+from apiserver.machinery.validation import (
     dns1123_label_errors,
     dns1123_subdomain_errors,
     duplicate_value,

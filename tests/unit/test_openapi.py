@@ -6,7 +6,8 @@ from typing import Any
 import orjson
 import pytest
 
-from apiserver.openapi import (
+from apiserver.apis.schema import VirtualClusterSpecSchema
+from apiserver.endpoints.openapi import (
     PATCH_CONTENT_TYPES,
     document_hash,
     openapi_v2,
@@ -14,8 +15,7 @@ from apiserver.openapi import (
     openapi_v3_discovery,
     openapi_v3_hash,
 )
-from apiserver.patch import ACCEPTED
-from apiserver.schema import VirtualClusterSpecSchema
+from apiserver.endpoints.patch import ACCEPTED
 
 ROOT = "/apis/kosmos.io/v1alpha1"
 COLLECTION = f"{ROOT}/namespaces/{{namespace}}/virtualclusters"

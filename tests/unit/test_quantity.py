@@ -4,7 +4,13 @@ from decimal import Decimal
 
 import pytest
 
-from apiserver.quantity import ERR_FORMAT_WRONG, ERR_NUMERIC, ERR_SUFFIX, QuantityError, parse_quantity
+from apiserver.machinery.quantity import (
+    ERR_FORMAT_WRONG,
+    ERR_NUMERIC,
+    ERR_SUFFIX,
+    QuantityError,
+    parse_quantity,
+)
 
 
 @pytest.mark.parametrize(("text", "value"), [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from apiserver.auth import UserInfo
-from apiserver.delegated import RequestHeaderConfig
+from apiserver.auth.authn import UserInfo
+from apiserver.auth.delegated import RequestHeaderConfig
 
 CONFIG = RequestHeaderConfig(username_headers=["X-Remote-User", "X-Alt-User"],
                              group_headers=["X-Remote-Group", "X-Alt-Group"],

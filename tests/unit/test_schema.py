@@ -7,9 +7,7 @@ import pytest
 import yaml
 from marshmallow import fields
 
-from apiserver import errors
-from apiserver.errors import Cause
-from apiserver.schema import (
+from apiserver.apis.schema import (
     KubeSchema,
     VirtualClusterListSchema,
     VirtualClusterSchema,
@@ -19,6 +17,8 @@ from apiserver.schema import (
     validate_spec,
     validate_status,
 )
+from apiserver.machinery import errors
+from apiserver.machinery.errors import Cause
 
 REPO = Path(__file__).resolve().parents[2]
 # The repository's examples, and the contract's originals when the shared folder is alongside.
@@ -401,7 +401,11 @@ def test_every_schema_field_carries_a_real_description() -> None:
 def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
     spec = {name for name, _ in _all_fields(iter_schemas([VirtualClusterSchema])[0])}
     assert {"VirtualClusterSchema." + f for f in ("apiVersion", "kind", "metadata", "spec", "status")} == spec
-    from apiserver.schema import KubeInKubeConfigSchema, VirtualClusterSpecSchema, VirtualClusterStatusSchema
+    from apiserver.apis.schema import (
+        KubeInKubeConfigSchema,
+        VirtualClusterSpecSchema,
+        VirtualClusterStatusSchema,
+    )
 
     assert set(VirtualClusterSpecSchema().fields) == {
         "externalIP", "externalIps", "promotePolicies", "promoteResources", "kubeInKubeConfig", "kubeconfig"}
@@ -459,7 +463,7 @@ RICH_STATUS: dict[str, Any] = {
 def test_the_fast_path_accepts_only_what_marshmallow_accepts(schema_name: str, document: dict[str, Any]) -> None:
     """Differential: each node of a valid document replaced by each odd value; whatever the fast path
     accepts must load cleanly through marshmallow, and what marshmallow accepts the fast path should too."""
-    from apiserver import schema
+    from apiserver.apis import schema
 
     loader = schema._SPEC if schema_name == "spec" else schema._STATUS
     assert schema.accepts(loader, document)

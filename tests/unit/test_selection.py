@@ -1,4 +1,4 @@
-"""Which host nodes a VirtualCluster gets (reconciler.selection) and how one looks in the tenant.
+"""Which host nodes a VirtualCluster gets (reconciler.nodes.selection) and how one looks in the tenant.
 
 Pure logic, no cluster: host Nodes are small dicts built below. The spec forms are those of
 /work/shared/API.md: ``promotePolicies[] {labelSelector, nodeCount}``, ``promoteResources.nodes``,
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from apiserver.quantity import parse_quantity
-from apiserver.selectors import label_value_errors
-from reconciler.kwokjoiner import HOST_NODE_ANNOTATION, tenant_node
-from reconciler.selection import (
+from apiserver.machinery.quantity import parse_quantity
+from apiserver.machinery.selectors import label_value_errors
+from reconciler.nodes.kwokjoiner import HOST_NODE_ANNOTATION, tenant_node
+from reconciler.nodes.selection import (
     CLAIM_ANNOTATION,
     CLAIM_LABEL,
     CLAIMED_AT,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.errors import ApiError
-from apiserver.selectors import (
+from apiserver.machinery.errors import ApiError
+from apiserver.machinery.selectors import (
     EVERYTHING,
     LabelSelector,
     Operator,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from apiserver.errors import Cause
-from apiserver.virtualcluster import VirtualClusterStrategy
+from apiserver.machinery.errors import Cause
+from apiserver.registry.virtualcluster import VirtualClusterStrategy
 
 
 def vc(**spec: Any) -> dict[str, Any]:

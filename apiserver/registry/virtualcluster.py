@@ -1,0 +1,118 @@
+"""The VirtualCluster strategy: the rules particular to this resource (API.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apiserver.apis import schema
+from apiserver.apis.resource import FINALIZER, VIRTUALCLUSTERS
+from apiserver.endpoints.negotiation import Column, age, json_copy
+from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
+from apiserver.machinery.selectors import go_bad_value
+
+Obj = dict[str, Any]
+
+IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps")
+
+
+def condition(obj: Obj, type_: str) -> dict[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == type_:
+            return cond
+    return None
+
+
+def desired_nodes(obj: Obj) -> int:
+    """How many nodes the spec asks for, as far as the spec alone can tell."""
+    spec = obj.get("spec") or {}
+    count = sum(int(p.get("nodeCount") or 0) for p in spec.get("promotePolicies") or [])
+    resources = spec.get("promoteResources") or {}
+    named = set(resources.get("nodes") or []) | {i.get("nodeName") for i in resources.get("nodeInfos") or []}
+    count += len(named)
+    claimed = len((obj.get("status") or {}).get("nodes") or [])
+    return max(count, claimed)
+
+
+def ready_nodes(obj: Obj) -> int:
+    return sum(1 for n in (obj.get("status") or {}).get("nodes") or [] if n.get("phase") == "Ready")
+
+
+class VirtualClusterStrategy:
+    info = VIRTUALCLUSTERS
+    columns = (
+        Column("Name", "string", "Name must be unique within a namespace.", format="name"),
+        Column("Phase", "string", "Lifecycle phase of the virtual cluster."),
+        Column("Ready", "string", "Status of the Ready condition."),
+        Column("Nodes", "string", "Promoted nodes that are ready, out of those desired."),
+        Column("Age", "date", "Time since the object was created."),
+        Column("Endpoint", "string", "URL of the tenant kube-apiserver.", priority=1),
+    )
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj.pop("status", None)
+        obj.setdefault("spec", {})
+        meta = obj["metadata"]
+        meta["generation"] = 1
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER not in finalizers:
+            finalizers.append(FINALIZER)
+        meta["finalizers"] = finalizers
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        if "status" in old:
+            new["status"] = json_copy(old["status"])
+        else:
+            new.pop("status", None)
+        new.setdefault("spec", {})
+        generation = int(old["metadata"].get("generation", 1))
+        if new.get("spec") != old.get("spec"):
+            generation += 1
+        new["metadata"]["generation"] = generation
+
+    def prepare_for_status_update(self, new: Obj, old: Obj) -> Obj:
+        out = json_copy(old)
+        out["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion")
+        if new.get("status") is None:
+            out.pop("status", None)
+        else:
+            out["status"] = new["status"]
+        return out
+
+    def validate(self, obj: Obj) -> list[Cause]:
+        return schema.validate_spec(obj.get("spec")) + schema.validate_status(obj.get("status"))
+
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        # Ratcheting, as kube does for CRDs: what an update leaves as it was is not judged again.
+        causes = []
+        if new.get("spec") != old.get("spec"):
+            causes += schema.validate_spec(new.get("spec"))
+        if new.get("status") != old.get("status"):
+            causes += schema.validate_status(new.get("status"))
+        new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        if not isinstance(new_spec, dict):  # validate() has said what is wrong with it
+            return causes
+        for name in IMMUTABLE_SPEC_FIELDS:
+            if new_spec.get(name) != old_spec.get(name):
+                causes.append(Cause(FIELD_VALUE_INVALID,
+                                    f"Invalid value: {go_bad_value(new_spec.get(name))}: field is immutable",
+                                    f"spec.{name}"))
+        return causes
+
+    def validate_status(self, obj: Obj) -> list[Cause]:
+        return schema.validate_status(obj.get("status"))
+
+    def prune(self, obj: Obj) -> list[str]:
+        return schema.prune_unknown_fields(obj)
+
+    def cells(self, obj: Obj) -> list[Any]:
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        ready = condition(obj, "Ready")
+        return [
+            meta.get("name", ""),
+            status.get("phase", ""),
+            ready.get("status", "") if ready else "",
+            f"{ready_nodes(obj)}/{desired_nodes(obj)}",
+            age(meta.get("creationTimestamp")),
+            status.get("controlPlaneEndpoint", ""),
+        ]

@@ -1,0 +1,252 @@
+"""Node promotion: host nodes move into a tenant by claim, cordon, drain and join, and always come back.
+
+The claim lives on the host Node itself (label + annotations, written with a
+resourceVersion precondition, so two VirtualClusters or two replicas can never
+claim one node); nothing else needs to be consulted after a crash. Release undoes
+every step: drain and remove the node in the tenant, then untaint, uncordon (only
+if we cordoned it) and unlabel it in the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from apiserver.endpoints.negotiation import now_rfc3339
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from apiserver.kubeclient.events import EventRecorder
+from reconciler.nodes import selection
+from reconciler.nodes.selection import (
+    CLAIM_ANNOTATION,
+    CLAIM_LABEL,
+    CLAIMED_AT,
+    WAS_UNSCHEDULABLE,
+    claim_of,
+    node_name,
+)
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+PARALLEL = 16  # node operations in flight per VirtualCluster
+
+
+class NodeJoiner(Protocol):
+    """How a claimed host node becomes a node of the tenant."""
+
+    async def join(self, vc: Obj, tenant: KubeClient, host_node: Obj, current: Obj | None) -> bool:
+        """Make the node part of the tenant (``current``: its tenant Node, if any); True once Ready there."""
+
+    async def leave(self, vc: Obj, tenant: KubeClient | None, name: str) -> None:
+        """Take the node out of the tenant (its pods go with it)."""
+
+    async def stop(self, vc: Obj) -> None:
+        """The tenant is going away: stop whatever keeps its nodes alive."""
+
+
+@dataclass
+class NodeReport:
+    nodes: list[dict[str, str]] = field(default_factory=list)
+    shortages: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # claimed nodes held up (drain, PDB, joining)
+
+    @property
+    def ready(self) -> int:
+        return sum(1 for n in self.nodes if n["phase"] == "Ready")
+
+    @property
+    def complete(self) -> bool:
+        return not self.shortages and not self.waiting and self.ready == len(self.nodes)
+
+
+def _owner(vc: Obj) -> str:
+    meta = vc["metadata"]
+    return f"{meta['namespace']}/{meta['name']}"
+
+
+def _taint(value: str) -> dict[str, str]:
+    return {"key": CLAIM_LABEL, "value": value, "effect": "NoSchedule"}
+
+
+class NodePromoter:
+    def __init__(self, host: KubeClient, joiner: NodeJoiner, events: EventRecorder) -> None:
+        self.host = host
+        self.joiner = joiner
+        self.events = events
+
+    async def host_nodes(self) -> list[Obj]:
+        return list((await self.host.get("/api/v1/nodes")).get("items") or [])
+
+    # -- the reconcile step ------------------------------------------------------------
+
+    async def reconcile(self, vc: Obj, tenant: KubeClient) -> NodeReport:
+        owner = _owner(vc)
+        nodes = await self.host_nodes()
+        plan = selection.plan(vc.get("spec") or {}, nodes, owner)
+        report = NodeReport(shortages=list(plan.shortages))
+        by_name = {node_name(n): n for n in nodes}
+        limit = asyncio.Semaphore(PARALLEL)
+
+        async def bounded(step: Awaitable[Any]) -> Any:
+            async with limit:
+                return await step
+        await asyncio.gather(*(bounded(self.release(vc, tenant, by_name[name])) for name in plan.release))
+        force = bool(((vc.get("spec") or {}).get("kubeInKubeConfig") or {}).get("forceDestroy"))
+        joined = {node_name(n): n for n in (await tenant.get("/api/v1/nodes")).get("items") or []}
+        # Only nodes not yet in the tenant still need their host pods drained.
+        pods = await self.host_pods_by_node(set() if force else {n for n in plan.wanted if n not in joined})
+
+        async def promote(name: str) -> dict[str, str] | None:
+            node = by_name[name]
+            if claim_of(node) != owner:
+                claimed = await self.claim(vc, node)
+                if claimed is None:
+                    report.shortages.append(f"node {name} was claimed by someone else meanwhile")
+                    return None
+                node = claimed
+            draining = None if force or name in joined else pods.get(name, [])
+            return {"name": name, "phase": await self._promote(vc, tenant, node, joined.get(name), draining, report)}
+        results = await asyncio.gather(*(bounded(promote(name)) for name in plan.wanted))
+        report.nodes = [r for r in results if r is not None]
+        return report
+
+    async def _promote(self, vc: Obj, tenant: KubeClient, node: Obj, joined: Obj | None,
+                       draining: list[Obj] | None, report: NodeReport) -> str:
+        """Drain (unless forced or already joined), then join; the node's phase for the status."""
+        name = node_name(node)
+        if draining is not None:
+            blocked = await self.drain_host(draining)
+            if blocked:
+                report.waiting.append(f"node {name}: draining host pods ({blocked})")
+                return "Claimed"
+        if await self.joiner.join(vc, tenant, node, joined):
+            return "Ready"
+        report.waiting.append(f"node {name}: joining the tenant")
+        return "Joining"
+
+    # -- host side ---------------------------------------------------------------------
+
+    async def claim(self, vc: Obj, node: Obj) -> Obj | None:
+        """Claim, cordon and taint in one write, guarded by the node's resourceVersion."""
+        meta = vc["metadata"]
+        value = selection.claim_value(meta["namespace"], meta["name"])
+        spec = node.get("spec") or {}
+        taints = [t for t in spec.get("taints") or [] if t.get("key") != CLAIM_LABEL] + [_taint(value)]
+        body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
+                             "labels": {CLAIM_LABEL: value},
+                             "annotations": {CLAIM_ANNOTATION: _owner(vc), CLAIMED_AT: now_rfc3339(),
+                                             WAS_UNSCHEDULABLE: "true" if spec.get("unschedulable") else "false"}},
+                "spec": {"unschedulable": True, "taints": taints}}
+        try:
+            claimed = await self.host.patch(f"/api/v1/nodes/{node_name(node)}", body)
+        except HostError as e:
+            if e.code in (404, 409):
+                return None
+            raise
+        await self.events.record(vc, "Normal", "NodeClaimed", f"claimed host node {node_name(node)}")
+        return claimed
+
+    async def host_pods_by_node(self, names: set[str]) -> dict[str, list[Obj]]:
+        """One list of the host's pods for every node still to be drained (not one list per node)."""
+        if not names:
+            return {}
+        if len(names) == 1:
+            pods = (await self.host.get("/api/v1/pods", fieldSelector=f"spec.nodeName={next(iter(names))}"))
+        else:
+            pods = await self.host.get("/api/v1/pods")
+        grouped: dict[str, list[Obj]] = {}
+        for pod in pods.get("items") or []:
+            node = (pod.get("spec") or {}).get("nodeName", "")
+            if node in names:
+                grouped.setdefault(node, []).append(pod)
+        return grouped
+
+    async def drain_host(self, pods: list[Obj]) -> str:
+        """Evict the host's pods from a claimed node; '' once none is left, else why not yet."""
+        blocked = []
+        for pod in pods:
+            meta = pod["metadata"]
+            if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+                continue
+            if any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or []):
+                continue
+            if meta.get("deletionTimestamp"):
+                blocked.append(f"{meta['namespace']}/{meta['name']} terminating")
+                continue
+            eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                        "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+            try:
+                await self.host.create(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction",
+                                       eviction)
+                blocked.append(f"{meta['namespace']}/{meta['name']} evicted")
+            except HostError as e:
+                if e.code == 404:
+                    continue
+                if e.code == 429:
+                    blocked.append(f"{meta['namespace']}/{meta['name']} held by a PodDisruptionBudget: {e.message}")
+                else:
+                    raise
+        return "; ".join(blocked)
+
+    async def release(self, vc: Obj | None, tenant: KubeClient | None, node: Obj) -> None:
+        """Out of the tenant, then back to the host's scheduler: no label, taint or cordon of ours left."""
+        name = node_name(node)
+        if vc is not None:
+            await self.joiner.leave(vc, tenant, name)
+        await self.unclaim(node)
+        if vc is not None:
+            await self.events.record(vc, "Normal", "NodeReleased", f"returned host node {name}")
+
+    async def unclaim(self, node: Obj) -> None:
+        name = node_name(node)
+        for _ in range(5):
+            spec = node.get("spec") or {}
+            notes = node["metadata"].get("annotations") or {}
+            body: Obj = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
+                                      "labels": {CLAIM_LABEL: None},
+                                      "annotations": {CLAIM_ANNOTATION: None, CLAIMED_AT: None,
+                                                      WAS_UNSCHEDULABLE: None}},
+                         "spec": {"taints": [t for t in spec.get("taints") or [] if t.get("key") != CLAIM_LABEL]
+                                  or None}}
+            if notes.get(WAS_UNSCHEDULABLE) != "true":
+                body["spec"]["unschedulable"] = None
+            try:
+                await self.host.patch(f"/api/v1/nodes/{name}", body)
+                return
+            except HostError as e:
+                if e.code == 404:
+                    return
+                if e.code != 409:
+                    raise
+            node = await self.host.get(f"/api/v1/nodes/{name}")
+        raise HostUnavailable(f"node {name} kept changing while being released")
+
+    async def release_all(self, vc: Obj, tenant: KubeClient | None) -> int:
+        owner = _owner(vc)
+        mine = [n for n in await self.host_nodes() if claim_of(n) == owner]
+        limit = asyncio.Semaphore(PARALLEL)
+
+        async def bounded(node: Obj) -> None:
+            async with limit:
+                await self.release(vc, tenant, node)
+        await asyncio.gather(*(bounded(n) for n in mine))
+        await self.joiner.stop(vc)
+        return len(mine)
+
+    async def release_orphans(self, exists: Callable[[str, str], Awaitable[bool]]) -> list[str]:
+        """Claims whose VirtualCluster is gone (a crash between release and deletion) go back to the host."""
+        returned = []
+        for node in await self.host_nodes():
+            owner = claim_of(node)
+            if not owner:
+                continue
+            namespace, _, name = owner.partition("/")
+            if not await exists(namespace, name):
+                await self.unclaim(node)
+                returned.append(node_name(node))
+        return returned
+

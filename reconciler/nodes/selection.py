@@ -1,0 +1,172 @@
+"""Which host nodes a VirtualCluster should have: pure logic over the spec and the host's nodes.
+
+Deterministic (same spec + same host → same nodes), sticky (a node already assigned
+stays while a rule still wants it) and honest about shortages (how many are needed,
+how many are free, which named nodes are missing or taken).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from apiserver.machinery.quantity import QuantityError, parse_quantity
+from apiserver.machinery.selectors import selector_from_label_selector
+
+CLAIM_LABEL = "kosmos.io/virtualcluster"
+CLAIM_ANNOTATION = "kosmos.io/virtualcluster"
+CLAIMED_AT = "kosmos.io/claimed-at"
+WAS_UNSCHEDULABLE = "kosmos.io/was-unschedulable"
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+
+Node = Mapping[str, Any]
+
+
+def claim_value(namespace: str, name: str) -> str:
+    """A label value naming the VirtualCluster: ``ns.name``, hashed when over 63 characters."""
+    value = f"{namespace}.{name}"
+    if len(value) <= 63:
+        return value
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:10]
+    return f"{namespace[:25]}.{name[:25]}-{digest}"
+
+
+def labels(node: Node) -> Mapping[str, str]:
+    return node.get("metadata", {}).get("labels") or {}
+
+
+def annotations(node: Node) -> Mapping[str, str]:
+    return node.get("metadata", {}).get("annotations") or {}
+
+
+def node_name(node: Node) -> str:
+    return str(node.get("metadata", {}).get("name", ""))
+
+
+def claim_of(node: Node) -> str:
+    """The full ``namespace/name`` that claims a node, or ''."""
+    return annotations(node).get(CLAIM_ANNOTATION, "") if labels(node).get(CLAIM_LABEL) else ""
+
+
+def is_ready(node: Node) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def is_control_plane(node: Node) -> bool:
+    return any(k in labels(node) for k in CONTROL_PLANE_LABELS)
+
+
+def free(node: Node) -> bool:
+    """Eligible for a new claim: Ready, a worker, claimed by nobody, not cordoned by someone."""
+    return (is_ready(node) and not is_control_plane(node) and not claim_of(node)
+            and not (node.get("spec") or {}).get("unschedulable"))
+
+
+def allocatable(node: Node, resource: str) -> Decimal:
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+    if value is None:
+        return Decimal(0)
+    try:
+        return parse_quantity(str(value))
+    except QuantityError:
+        return Decimal(0)
+
+
+def requests_nodes(spec: Mapping[str, Any]) -> bool:
+    """Whether the spec asks for any node at all (by count, by name or by resources)."""
+    resources = spec.get("promoteResources") or {}
+    return (any(int(p.get("nodeCount") or 0) > 0 for p in spec.get("promotePolicies") or [])
+            or bool(resources.get("nodes") or resources.get("nodeInfos") or resources.get("resources")))
+
+
+@dataclass
+class Plan:
+    """The outcome: nodes to keep, to claim, to release, and what could not be satisfied."""
+
+    keep: list[str] = field(default_factory=list)
+    claim: list[str] = field(default_factory=list)
+    release: list[str] = field(default_factory=list)
+    shortages: list[str] = field(default_factory=list)
+
+    @property
+    def wanted(self) -> list[str]:
+        return self.keep + self.claim
+
+    @property
+    def satisfied(self) -> bool:
+        return not self.shortages
+
+
+def _assigned_order(nodes: Iterable[Node]) -> list[Node]:
+    """Oldest claim first (kept longest); name breaks ties so the order is stable."""
+    return sorted(nodes, key=lambda n: (annotations(n).get(CLAIMED_AT, ""), node_name(n)))
+
+
+def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str) -> Plan:
+    """Nodes for the VirtualCluster ``owner`` (``namespace/name``) given the host's nodes now."""
+    by_name = {node_name(n): n for n in host_nodes}
+    mine = _assigned_order(n for n in host_nodes if claim_of(n) == owner)
+    available = sorted((n for n in host_nodes if free(n)), key=node_name)
+    chosen: list[str] = []
+    result = Plan()
+
+    def take(node: Node) -> None:
+        name = node_name(node)
+        chosen.append(name)
+        (result.keep if claim_of(node) == owner else result.claim).append(name)
+
+    resources = spec.get("promoteResources") or {}
+    named = list(dict.fromkeys([*(resources.get("nodes") or []),
+                                *(i.get("nodeName", "") for i in resources.get("nodeInfos") or [])]))
+    for name in named:
+        node = by_name.get(name)
+        if node is None:
+            result.shortages.append(f"node {name} does not exist")
+        elif claim_of(node) == owner or free(node):
+            take(node)
+        elif claim_of(node):
+            result.shortages.append(f"node {name} is claimed by {claim_of(node)}")
+        elif is_control_plane(node):
+            result.shortages.append(f"node {name} is a control-plane node")
+        else:
+            result.shortages.append(f"node {name} is not ready or is cordoned")
+
+    for index, policy in enumerate(spec.get("promotePolicies") or []):
+        want = int(policy.get("nodeCount") or 0)
+        selector = selector_from_label_selector(policy.get("labelSelector"))
+        candidates = [n for n in mine if node_name(n) not in chosen and selector.matches(labels(n))]
+        candidates += [n for n in available if node_name(n) not in chosen and selector.matches(labels(n))]
+        free_count = sum(1 for n in candidates if claim_of(n) != owner)  # counted before taking any
+        for node in candidates[:want]:
+            take(node)
+        if len(candidates) < want:
+            result.shortages.append(
+                f"promotePolicies[{index}] needs {want} node(s) matching "
+                f"{selector.to_string() or 'any labels'}, {len(candidates)} available ({free_count} free)")
+
+    wanted_resources = resources.get("resources") or {}
+    if wanted_resources:
+        needed = {r: parse_quantity(str(q)) for r, q in wanted_resources.items()}
+
+        def covered() -> bool:
+            return all(sum((allocatable(by_name[n], r) for n in chosen), Decimal(0)) >= q for r, q in needed.items())
+        for node in [*(n for n in mine if node_name(n) not in chosen),
+                     *(n for n in available if node_name(n) not in chosen)]:
+            if covered():
+                break
+            take(node)
+        if not covered():
+            missing = ", ".join(f"{r}={q}" for r, q in wanted_resources.items())
+            result.shortages.append(f"promoteResources.resources needs {missing}; free nodes do not cover it")
+
+    if result.shortages:
+        # All or nothing: while the spec cannot be met, claim no new node (keep what is held). A partial
+        # claim would drain host nodes for a cluster that still waits, and two clusters each holding part
+        # of what they need would wait for each other forever.
+        result.claim = []
+    result.release = [node_name(n) for n in reversed(mine) if node_name(n) not in chosen]
+    return result
