@@ -250,7 +250,7 @@ async def serve(args: argparse.Namespace) -> None:
     await security.source.start()
     state = build_state(args, security)
     app = build_app(state)
-    state.store.cache.history_size = args.watch_cache_history
+    state.cache.history_size = args.watch_cache_history
     compactor = Compactor(state.etcd, args.etcd_compaction_interval)
     app.on_startup.append(lambda _app: compactor.start())
     app.on_cleanup.append(lambda _app: compactor.stop())

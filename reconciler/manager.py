@@ -57,7 +57,7 @@ class Manager:
     async def _lead(self) -> None:
         """Run while leader; cancelled the moment leadership is lost."""
         queue = WorkQueue(max_delay=MAX_BACKOFF)
-        informer = Informer(self.state.store.cache, queue.add, self.resync_period)
+        informer = Informer(self.state.cache, queue.add, self.resync_period)
         tasks = [asyncio.create_task(informer.run(), name="informer")]
         tasks.append(asyncio.create_task(self._janitor(), name="janitor"))
         tasks += [asyncio.create_task(self._worker(queue), name=f"worker-{i}") for i in range(self.workers)]

@@ -33,8 +33,9 @@ from apiserver.machinery.errors import (
     FIELD_VALUE_REQUIRED,
     Cause,
 )
+from apiserver.machinery.golang import go_bad_value
 from apiserver.machinery.quantity import QuantityError, parse_quantity
-from apiserver.machinery.selectors import go_bad_value, label_key_errors, label_value_errors
+from apiserver.machinery.selectors import label_key_errors, label_value_errors
 from apiserver.machinery.validation import (
     OMIT_VALUE,
     SELECTOR_OPERATORS,

@@ -7,8 +7,10 @@ import hashlib
 from typing import Any
 
 import orjson
+from aiohttp import web
 
 from apiserver.apis.resource import ResourceInfo
+from apiserver.endpoints.negotiation import render
 
 AGGREGATED_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
@@ -96,3 +98,33 @@ def _storage_hash(info: ResourceInfo) -> str:
     """kube publishes a short stable hash of the storage version; same idea here."""
     digest = hashlib.sha256(f"{info.group}/{info.version}/{info.kind}".encode()).digest()
     return base64.b64encode(digest[:8]).decode()
+
+
+def routes(resources: list[ResourceInfo]) -> list[web.RouteDef]:
+    """``/apis`` (aggregated v2 with ETag, or the APIGroupList), the group, and the group-version."""
+    docs = {v: aggregated(resources, v) for v in ("v2", "v2beta1")}
+    etags = {v: etag(d) for v, d in docs.items()}
+    info = resources[0]
+    gv_path = f"/apis/{info.group_version}"
+    legacy = resource_list(resources, info.group_version)
+
+    async def apis(request: web.Request) -> web.Response:
+        version = wants_aggregated(request.headers.get("Accept"))
+        if version is None:
+            return render(api_group_list(info.group, info.version))
+        headers = {"ETag": etags[version], "Vary": "Accept"}
+        if request.headers.get("If-None-Match") == etags[version]:
+            return web.Response(status=304, headers=headers)
+        resp = render(docs[version], headers=headers)
+        resp.headers["Content-Type"] = \
+            f"application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList"
+        return resp
+
+    async def group(request: web.Request) -> web.Response:
+        return render(api_group(info.group, info.version))
+
+    async def group_version(request: web.Request) -> web.Response:
+        return render(legacy)
+
+    return [web.get("/apis", apis), web.get("/apis/", apis), web.get(f"/apis/{info.group}", group),
+            web.get(gv_path, group_version), web.get(gv_path + "/", group_version)]

@@ -13,10 +13,12 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aiohttp import web
 from marshmallow import fields
 
 from apiserver.apis.resource import VIRTUALCLUSTERS as VC
@@ -526,3 +528,35 @@ def openapi_v3_discovery(hash: str) -> dict[str, Any]:
     """The ``/openapi/v3`` index, pointing the aggregator at our single group-version document."""
     url = f"/openapi/v3/{GROUP_VERSION_PATH}?hash={hash}"
     return {"paths": {GROUP_VERSION_PATH: {"serverRelativeURL": url}}}
+
+
+def routes() -> list[web.RouteDef]:
+    """``/openapi/v2`` and ``/openapi/v3`` (index and group-version), with ETags and immutable hashes."""
+    v2_body = orjson.dumps(openapi_v2())
+    v3_doc = openapi_v3()
+    v3_body = orjson.dumps(v3_doc)
+    v3_hash = document_hash(v3_doc)
+    v3_index = orjson.dumps(openapi_v3_discovery(v3_hash))
+    etag_v2 = f'"{document_hash(openapi_v2())}"'
+    etag_v3 = f'"{v3_hash}"'
+
+    def serve(body: bytes, etag: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handler(request: web.Request) -> web.Response:
+            headers = {"ETag": etag, "Vary": "Accept"}
+            if request.headers.get("If-None-Match") == etag:
+                return web.Response(status=304, headers=headers)
+            return web.Response(body=body, content_type="application/json", headers=headers)
+        return handler
+
+    async def v3_group(request: web.Request) -> web.Response:
+        headers = {"ETag": etag_v3}
+        if request.rel_url.query.get("hash") == v3_hash:
+            headers["Cache-Control"] = "public, immutable"
+            headers["Expires"] = "Thu, 01 Jan 2099 00:00:00 GMT"
+        if request.headers.get("If-None-Match") == etag_v3:
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=v3_body, content_type="application/json", headers=headers)
+
+    return [web.get("/openapi/v2", serve(v2_body, etag_v2)),
+            web.get("/openapi/v3", serve(v3_index, f'"{v3_hash}-index"')),
+            web.get(f"/openapi/v3/apis/{VC.group_version}", v3_group)]

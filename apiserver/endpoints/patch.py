@@ -7,35 +7,41 @@ does for custom resources).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import jsonpatch
 import jsonpointer
 import orjson
 
-from apiserver.endpoints import negotiation as wire
 from apiserver.machinery import errors
+from apiserver.machinery.jsonutil import check_nesting, merge_patch
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 ACCEPTED = (JSON_PATCH, MERGE_PATCH)
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge recursively, null deletes, everything else replaces."""
-    if not isinstance(patch, dict):
-        return wire.json_copy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
+@dataclass(frozen=True)
+class Patch:
+    """A decoded patch, applied to whichever current state the write meets (maybe more than once)."""
+
+    media: str
+    document: Any
+
+    def apply(self, current: dict[str, Any]) -> dict[str, Any]:
+        """The patched object: a new one, ``current`` is left as it is."""
+        if self.media == MERGE_PATCH:
+            result = merge_patch(current, self.document)
         else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+            result = _json_patch(current, self.document)
+        if not isinstance(result, dict):
+            raise errors.ApiError(422, "Invalid", "the patch must leave an object at the document root")
+        return result
 
 
-def apply(content_type: str, current: dict[str, Any], body: bytes) -> dict[str, Any]:
-    """Apply a patch of the given media type to ``current``; the result is a new object."""
+def decode(content_type: str, body: bytes) -> Patch:
+    """A patch of the given media type: 415 for a type not served, 400 for a body that is not one."""
     media = content_type.split(";")[0].strip().lower()
     if media not in ACCEPTED:
         raise errors.unsupported_media_type(media, list(ACCEPTED))
@@ -43,16 +49,10 @@ def apply(content_type: str, current: dict[str, Any], body: bytes) -> dict[str, 
         document = orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise errors.bad_request(f"error decoding patch: {e}") from None
-    wire.check_nesting(document, "the patch", raw=body)
-    if media == MERGE_PATCH:
-        if not isinstance(document, dict):
-            raise errors.bad_request("error decoding patch: a merge patch must be a JSON object")
-        result = merge_patch(current, document)
-    else:
-        result = _json_patch(current, document)
-    if not isinstance(result, dict):
-        raise errors.ApiError(422, "Invalid", "the patch must leave an object at the document root")
-    return result
+    check_nesting(document, "the patch", raw=body)
+    if media == MERGE_PATCH and not isinstance(document, dict):
+        raise errors.bad_request("error decoding patch: a merge patch must be a JSON object")
+    return Patch(media, document)
 
 
 def _json_patch(current: dict[str, Any], document: Any) -> Any:

@@ -10,86 +10,14 @@ normalised ``String()`` form and the messages follow apimachinery's ``labels.Par
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
 from apiserver.machinery.errors import bad_request
-
-# ---------------------------------------------------------------------------
-# Go formatting helpers: kube messages embed values through %q and json.Marshal.
-# ---------------------------------------------------------------------------
-
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-               "\v": "\\v", "\\": "\\\\", '"': '\\"'}
-
-
-def go_quote(s: str) -> str:
-    """Render ``s`` like Go's ``%q`` / ``strconv.Quote`` (messages quote bad values that way)."""
-    out = ['"']
-    for ch in s:
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def go_json(value: Any) -> str:
-    """Render like Go's ``json.Marshal`` (compact, HTML-escaped, ``None`` → ``null``)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
-
-
-def go_float(f: float) -> str:
-    """Go's ``%v`` for a float64: shortest digits, exponent form when it is below -4 or at least 6."""
-    if not math.isfinite(f):
-        return "NaN" if math.isnan(f) else ("+Inf" if f > 0 else "-Inf")
-    if f == 0:
-        return "-0" if math.copysign(1, f) < 0 else "0"
-    sign, digit_tuple, exponent = Decimal(repr(f)).normalize().as_tuple()
-    digits, neg = "".join(map(str, digit_tuple)), "-" if sign else ""
-    point = len(digits) + int(exponent)  # decimal point position within digits
-    if not -4 <= point - 1 < 6:
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{neg}{mantissa}e{'-' if point < 1 else '+'}{abs(point - 1):02d}"
-    if point <= 0:
-        return f"{neg}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return neg + digits + "0" * (point - len(digits))
-    return f"{neg}{digits[:point]}.{digits[point:]}"
-
-
-def go_bad_value(value: Any) -> str:
-    """Render a ``field.Error`` BadValue the way ``ErrorBody`` does (%q, %v or JSON)."""
-    if isinstance(value, str):
-        return go_quote(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return go_float(value)
-    return go_json(value)
-
-
-def byte_len(s: str) -> int:
-    """Go's ``len(string)``: kube's length limits count UTF-8 bytes, not characters."""
-    return len(s.encode("utf-8", "surrogatepass"))
-
+from apiserver.machinery.golang import byte_len, go_bad_value, go_quote, parse_int64
 
 # ---------------------------------------------------------------------------
 # Content rules (k8s.io/apimachinery/pkg/api/validate/content).
@@ -196,17 +124,6 @@ class Operator(StrEnum):
 
 _BINARY_OPERATORS = (Operator.IN, Operator.NOT_IN, Operator.EQUALS, Operator.DOUBLE_EQUALS,
                      Operator.NOT_EQUALS, Operator.GREATER_THAN, Operator.LESS_THAN)
-_INT64 = re.compile(r"[+-]?[0-9]+")
-
-
-def _parse_int64(s: str) -> int | None:
-    """Go's ``strconv.ParseInt(s, 10, 64)``: no spaces or underscores, int64 range."""
-    if not _INT64.fullmatch(s):
-        return None
-    n = int(s)
-    return n if -(2**63) <= n < 2**63 else None
-
-
 def _aggregate(messages: Sequence[str]) -> str:
     """``utilerrors.NewAggregate(...).Error()``: one message bare, several deduplicated in brackets."""
     seen: list[str] = []
@@ -242,7 +159,7 @@ class Requirement:
         if op in (Operator.GREATER_THAN, Operator.LESS_THAN):
             if self.key not in labels or len(self.values) != 1:
                 return False
-            have, want = _parse_int64(labels[self.key]), _parse_int64(self.values[0])
+            have, want = parse_int64(labels[self.key]), parse_int64(self.values[0])
             if have is None or want is None:
                 return False
             return have > want if op is Operator.GREATER_THAN else have < want
@@ -287,7 +204,7 @@ def _requirement_errors(key: str, op: Operator, values: Sequence[str] | None) ->
         if len(vals) != 1:
             errs.append(_invalid("values", shown, "for 'Gt', 'Lt' operators, exactly one value is required"))
         for i, v in enumerate(vals):
-            if _parse_int64(v) is None:
+            if parse_int64(v) is None:
                 errs.append(_invalid(f"values[{i}]", v, "for 'Gt', 'Lt' operators, the value must be an integer"))
     for i, v in enumerate(vals):
         if value_errs := label_value_errors(v):
@@ -711,6 +628,12 @@ class FieldSelector:
             return None
         return name
 
+    def check_supported(self, supported: Collection[str]) -> None:
+        """400 ``field label not supported: <field>`` for a field the resource cannot select on."""
+        for r in self.requirements:
+            if r.field not in supported:
+                raise bad_request(f"field label not supported: {r.field}")
+
     def to_string(self) -> str:
         return ",".join(r.to_string() for r in self.requirements)
 
@@ -738,9 +661,8 @@ def parse_field_selector(s: str, supported: Collection[str] | None = DEFAULT_SEL
         value = unescape_field_value(rhs)
         if lhs or value:  # kube's Transform drops a term whose field and value are both empty
             terms.append(FieldRequirement(lhs, value, negated=op == "!="))
+    selector = FieldSelector(tuple(terms))
     if supported is not None:
-        for t in terms:
-            if t.field not in supported:
-                raise bad_request(f"field label not supported: {t.field}")
-    return FieldSelector(tuple(terms))
+        selector.check_supported(supported)
+    return selector
 

@@ -25,6 +25,7 @@ from apiserver.machinery.errors import (
     FIELD_VALUE_TYPE_INVALID,
     Cause,
 )
+from apiserver.machinery.golang import byte_len, go_bad_value, go_quote
 from apiserver.machinery.selectors import (
     DNS1123_LABEL_FMT,
     DNS1123_LABEL_MAX,
@@ -33,9 +34,6 @@ from apiserver.machinery.selectors import (
     DNS1123_SUBDOMAIN_FMT,
     DNS1123_SUBDOMAIN_MAX,
     DNS1123_SUBDOMAIN_RE,
-    byte_len,
-    go_bad_value,
-    go_quote,
     label_key_errors,
     label_value_errors,
     max_len_error,

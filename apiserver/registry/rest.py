@@ -1,4 +1,5 @@
-"""The per-resource strategy contract, in the shape of k8s.io/apiserver's registry.
+"""What the generic store and a resource agree on, in the shape of k8s.io/apiserver's ``registry/rest``:
+the per-resource :class:`Strategy`, the options a write carries, and what a write returns.
 
 The generic :mod:`apiserver.registry.store` does everything every resource shares
 (ObjectMeta, preconditions, finalizers, dry-run); a strategy holds only what is
@@ -7,14 +8,59 @@ particular to one resource: validation, defaulting/preparation, and its table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from apiserver.apis.resource import ResourceInfo
-from apiserver.endpoints.negotiation import Column
 from apiserver.machinery.errors import Cause
+from apiserver.storage.interface import ListOptions
+
+__all__ = ["Column", "DeleteOptions", "ListOptions", "Obj", "Result", "Strategy", "UpdatedObject",
+           "WriteOptions"]
 
 Obj = dict[str, Any]
+UpdatedObject = Callable[[Obj], Awaitable[Obj]]
+"""An update as a function of the current object (a patch is one; a PUT is the constant function)."""
+
+
+@dataclass
+class WriteOptions:
+    dry_run: bool = False
+    field_manager: str = ""
+
+
+@dataclass
+class DeleteOptions:
+    """The DeleteOptions a client sent (body and query), decoded."""
+
+    dry_run: bool = False
+    uid: str | None = None  # preconditions
+    resource_version: str | None = None
+    propagation_policy: str | None = None
+    grace_period_seconds: int | None = None
+
+
+@dataclass
+class Result:
+    obj: Obj
+    warnings: list[str] = field(default_factory=list)
+    created: bool = False
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the resource's Table (its ``additionalPrinterColumns``)."""
+
+    name: str
+    type: str
+    description: str
+    format: str = ""
+    priority: int = 0
+
+    def definition(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "format": self.format,
+                "description": self.description, "priority": self.priority}
 
 
 class Strategy(Protocol):

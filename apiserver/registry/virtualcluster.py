@@ -6,9 +6,11 @@ from typing import Any
 
 from apiserver.apis import schema
 from apiserver.apis.resource import FINALIZER, VIRTUALCLUSTERS
-from apiserver.endpoints.negotiation import Column, age, json_copy
 from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
-from apiserver.machinery.selectors import go_bad_value
+from apiserver.machinery.golang import go_bad_value
+from apiserver.machinery.jsonutil import json_copy
+from apiserver.machinery.timefmt import age
+from apiserver.registry.rest import Column
 
 Obj = dict[str, Any]
 

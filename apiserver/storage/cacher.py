@@ -19,64 +19,23 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from apiserver.etcd.client import EtcdClient, EtcdCompacted, EtcdError, EtcdUnavailable, KeyValue, prefix_end
-from apiserver.machinery import errors
+from apiserver.etcd.client import EtcdClient, EtcdCompacted, EtcdError, EtcdUnavailable, prefix_end
+from apiserver.storage.codec import decode_entry, from_etcd, with_rv
+from apiserver.storage.interface import (
+    ADDED,
+    BOOKMARK,
+    DELETED,
+    MODIFIED,
+    Entry,
+    Event,
+    Predicate,
+    StorageError,
+)
 from apiserver.storage.keys import ROOT, KeyLayout
 
+__all__ = ["EventQueue", "WatchCache", "Watcher"]
+
 log = logging.getLogger(__name__)
-
-ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
-
-
-@dataclass(slots=True)
-class Entry:
-    """One stored object as the cache holds it; ``obj`` is never mutated after creation."""
-
-    key: str
-    namespace: str
-    name: str
-    rv: int
-    obj: dict[str, Any]
-    labels: dict[str, str] = field(init=False)
-    _json: bytes | None = field(default=None, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.labels = self.obj.get("metadata", {}).get("labels") or {}
-
-    def json(self) -> bytes:
-        """The object encoded once, shared by every list and watch that serves it."""
-        if self._json is None:
-            self._json = orjson.dumps(self.obj)
-        return self._json
-
-
-@dataclass(slots=True)
-class Event:
-    type: str
-    rv: int
-    entry: Entry | None  # the new state, or the last state for DELETED; None for BOOKMARK
-    prev: Entry | None = None
-
-
-Predicate = Callable[[Entry], bool]
-
-
-def match_all(_: Entry) -> bool:
-    return True
-
-
-def decode_entry(layout: KeyLayout, kv: KeyValue, rv: int | None = None) -> Entry | None:
-    """Decode a stored value; resourceVersion is always etcd's revision, never stored."""
-    where = layout.split(kv.key)
-    if where is None:
-        return None
-    obj = orjson.loads(kv.value)
-    revision = rv if rv is not None else kv.mod_revision
-    obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
-    return Entry(kv.key.decode(), where[0], where[1], revision, obj)
-
 
 class EventQueue:
     """The events one watcher has yet to take, for its one reader.
@@ -127,6 +86,7 @@ class Watcher:
     queue: EventQueue = field(init=False)
     closed_reason: str = ""
     next_bookmark: float = 0.0
+    on_stop: Callable[[Watcher], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.queue = EventQueue()
@@ -166,6 +126,12 @@ class Watcher:
         if not self.closed_reason:
             self.closed_reason = reason
             self.queue.put_nowait(None)
+
+    def stop(self) -> None:
+        """The client is gone: nothing more is offered to this watcher."""
+        self.closed_reason = self.closed_reason or "stopped"
+        if self.on_stop is not None:
+            self.on_stop(self)
 
 
 class WatchCache:
@@ -304,7 +270,7 @@ class WatchCache:
             if ev.type == "DELETE":
                 if prev is None:
                     continue
-                gone = Entry(prev.key, prev.namespace, prev.name, rv, _with_rv(prev.obj, rv))
+                gone = Entry(prev.key, prev.namespace, prev.name, rv, with_rv(prev.obj, rv))
                 del self._items[key]
                 self._unindex(prev)
                 self._sorted = None
@@ -368,7 +334,8 @@ class WatchCache:
             except TimeoutError:
                 if self.rv >= rv:  # reached as time ran out (the loop was busy applying a batch)
                     return
-                raise errors.too_large_resource_version(rv, self.rv) from None
+                raise StorageError(StorageError.FUTURE_REVISION, f"Too large resource version: {rv}",
+                                   revision=rv, current=self.rv) from None
 
     async def wait_consistent(self) -> int:
         """Wait until the cache holds everything etcd has committed; returns that revision.
@@ -376,12 +343,10 @@ class WatchCache:
         Only etcd knows its current revision: when it cannot say, the read fails as a write
         would (503 while etcd is unreachable), never as an internal error.
         """
-        from apiserver.storage.etcd3 import storage_error  # storage builds on this module
-
         try:
             current = await self.current_revision()
         except EtcdError as e:
-            raise storage_error(e) from e
+            raise from_etcd(e) from e
         await self.wait_fresh(current)
         return current
 
@@ -496,7 +461,7 @@ class WatchCache:
                    bookmarks: bool) -> tuple[Watcher, list[Event]]:
         """Register a watcher resuming after ``rv``; the returned backlog comes first."""
         if rv < self._history_start:
-            raise errors.gone(f"too old resource version: {rv} ({self._history_start})")
+            raise StorageError(StorageError.EXPIRED, f"too old resource version: {rv} ({self._history_start})")
         watcher = self._new_watcher(namespace, predicate, bookmarks)
         backlog: list[Event] = []
         index = bisect.bisect_right([e.rv for e in self._history], rv) if self._history else 0
@@ -514,7 +479,7 @@ class WatchCache:
         return watcher, backlog, self.rv
 
     def _new_watcher(self, namespace: str | None, predicate: Predicate, bookmarks: bool) -> Watcher:
-        watcher = Watcher(namespace, predicate, bookmarks, self.watcher_capacity)
+        watcher = Watcher(namespace, predicate, bookmarks, self.watcher_capacity, on_stop=self._drop_watcher)
         watcher.next_bookmark = time.monotonic() + self.bookmark_interval
         self._watchers.add(watcher)
         self._scoped.setdefault(namespace, set()).add(watcher)
@@ -531,10 +496,6 @@ class WatchCache:
     def _forget_watchers(self) -> None:
         self._watchers.clear()
         self._scoped.clear()
-
-    def stop_watching(self, watcher: Watcher) -> None:
-        self._drop_watcher(watcher)
-        watcher.closed_reason = watcher.closed_reason or "stopped"
 
 
 def _undo(current: Iterable[Entry], changed: list[str], before: dict[str, Entry | None]) -> Iterator[Entry]:
@@ -556,9 +517,3 @@ def _undo(current: Iterable[Entry], changed: list[str], before: dict[str, Entry 
         if (earlier := before[nxt]) is not None:
             yield earlier
         nxt = next(pending, None)
-
-
-def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
-    out = dict(obj)
-    out["metadata"] = {**obj.get("metadata", {}), "resourceVersion": str(rv)}
-    return out

@@ -1,96 +1,63 @@
-"""Generic storage of namespaced objects in etcd, with optimistic concurrency.
+"""Objects of one resource in etcd, with optimistic concurrency.
 
 Create is a txn on ``create_revision == 0``; update and delete are txns on
-``mod_revision == resourceVersion``. Reads that must be current (get, updates) go to
-etcd; list and watch are served by the :class:`~apiserver.storage.cacher.WatchCache`.
+``mod_revision == resourceVersion``. Every call reads or writes etcd itself; the choice of
+serving a read from the watch cache instead is :mod:`apiserver.storage.delegator`'s alone.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-import orjson
+from collections.abc import Callable
 
 from apiserver.apis.resource import ResourceInfo
 from apiserver.etcd.client import (
     EtcdClient,
     EtcdCompacted,
     EtcdError,
-    EtcdUnavailable,
     compare_absent,
     compare_mod_revision,
     op_delete,
     op_put,
     prefix_end,
 )
-from apiserver.machinery import errors
-from apiserver.storage.cacher import Entry, WatchCache, decode_entry
+from apiserver.storage.codec import decode_entry, encode, from_etcd, same, with_rv
+from apiserver.storage.continuation import continue_after, start_after
+from apiserver.storage.interface import Entry, ListOptions, ListResult, Obj, Predicate, StorageError, UpdateFn
 from apiserver.storage.keys import KeyLayout
+from apiserver.storage.versioner import parse_resource_version
+
+__all__ = ["MAX_CONFLICT_RETRIES", "Store"]
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
-UpdateFn = Callable[[Obj], Awaitable[Obj | None]]
-
 MAX_CONFLICT_RETRIES = 16
-
-
-def encode(obj: Obj) -> bytes:
-    """The stored form: the object without resourceVersion (that is etcd's revision)."""
-    meta = obj.get("metadata", {})
-    if "resourceVersion" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
-    return orjson.dumps(obj)
-
-
-def storage_error(e: EtcdError) -> errors.ApiError:
-    """How an etcd failure reaches a client."""
-    if isinstance(e, EtcdUnavailable):
-        return errors.service_unavailable(f"storage is unavailable: {e.message}")
-    if isinstance(e, EtcdCompacted):
-        return errors.gone(f"The resourceVersion for the provided list is too old: {e.message}")
-    if "request is too large" in e.message or "message larger than max" in e.message:
-        return errors.ApiError(413, "RequestEntityTooLarge", f"the object is too large to be stored: {e.message}")
-    if "database space exceeded" in e.message:
-        return errors.ApiError(507, "InsufficientStorage", f"etcd refused the write: {e.message}")
-    return errors.internal(f"etcd: {e.message}")
+TOO_MANY_CONFLICTS = "too many concurrent updates; please try again"
+ETCD_PAGE = 500  # keys read per etcd call while a filtered list from etcd looks for ``limit`` matches
 
 
 class Store:
-    """Objects of one resource: etcd for writes and current reads, the cache for lists."""
+    """Objects of one resource, read and written in etcd."""
 
-    def __init__(self, etcd: EtcdClient, info: ResourceInfo, cache: WatchCache | None = None) -> None:
+    def __init__(self, etcd: EtcdClient, info: ResourceInfo) -> None:
         self.etcd = etcd
         self.info = info
         self.layout = KeyLayout(info.group, info.resource)
-        self.cache = cache or WatchCache(etcd, self.layout)
-
-    def _not_found(self, name: str) -> errors.ApiError:
-        return errors.not_found(self.info.resource, self.info.group, name)
-
-    def _conflict(self, name: str, detail: str = errors.CONFLICT_MODIFIED) -> errors.ApiError:
-        return errors.conflict(self.info.resource, self.info.group, name, detail)
 
     async def _read(self, key: str, name: str) -> Entry:
-        """The current stored state from etcd (404 when absent)."""
         try:
             kv = await self.etcd.get(key)
         except EtcdError as e:
-            raise storage_error(e) from e
+            raise from_etcd(e) from e
         if kv is None:
-            raise self._not_found(name)
+            raise StorageError(StorageError.NOT_FOUND, f"{key} not found")
         entry = decode_entry(self.layout, kv)
         assert entry is not None
         return entry
 
-    async def read(self, namespace: str, name: str) -> Entry:
-        """The current state from etcd itself."""
+    async def get(self, namespace: str, name: str, resource_version: str = "") -> Entry:
+        """The current state, from etcd itself (a quorum read) whatever ``resource_version`` says."""
         return await self._read(self.layout.key(namespace, name), name)
-
-    async def get(self, namespace: str, name: str) -> Obj:
-        return (await self.read(namespace, name)).obj
 
     async def create(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
@@ -98,41 +65,41 @@ class Store:
         try:
             result = await self.etcd.txn([compare_absent(key)], [op_put(key, encode(obj))])
         except EtcdError as e:
-            raise storage_error(e) from e
+            raise from_etcd(e) from e
         if not result.succeeded:
-            raise errors.already_exists(self.info.resource, self.info.group, meta["name"])
-        return _with_rv(obj, result.revision)
+            raise StorageError(StorageError.EXISTS, f"{key} already exists")
+        return with_rv(obj, result.revision)
 
     async def guaranteed_update(self, namespace: str, name: str, update: UpdateFn,
-                                expected_rv: str | None = None) -> tuple[Obj, Obj]:
+                                expected_rv: str | None = None, cached: Entry | None = None) -> tuple[Obj, Obj]:
         """Read-modify-write until it lands; returns (old, new).
 
-        ``update`` gets a private copy of the current object and returns the new one,
-        or None for "nothing to change". With ``expected_rv`` a mismatch is a 409
-        instead of a retry. An object whose deletionTimestamp is set and whose last
-        finalizer the update removes is deleted, as in kube.
+        ``update`` gets a private copy of the current object and returns the new one, or None for
+        "nothing to change"; whatever it raises reaches the caller. With ``expected_rv`` a mismatch
+        is a CONFLICT instead of a retry. An object whose deletionTimestamp is set and whose last
+        finalizer the update removes is deleted, as in kube. ``cached`` is a first guess at the
+        current state (saves an etcd read); whatever it cannot vouch for (a mismatch, a refusal, a
+        no-op, a lost race) is decided again from etcd.
         """
         key = self.layout.key(namespace, name)
-        # First guess from the watch cache (saves an etcd read); whatever it cannot vouch for
-        # (a miss, a mismatch, a refusal, a no-op, a lost race) is decided again from etcd.
-        guess = self.cache.get(namespace, name) if self.cache.ready else None
+        guess = cached
         for _ in range(MAX_CONFLICT_RETRIES):
             current, guess = guess, None
             if current is None or (expected_rv is not None and expected_rv != str(current.rv)):
                 current = await self._read(key, name)
-                cached = False
+                from_guess = False
             else:
-                cached = True
+                from_guess = True
             if expected_rv is not None and expected_rv != str(current.rv):
-                raise self._conflict(name)
+                raise StorageError(StorageError.CONFLICT, f"{key}: resourceVersion {expected_rv} is not current")
             try:
-                new = await update(orjson.loads(current.json()))  # a private copy, from the cached encoding
-            except errors.ApiError:
-                if cached:
+                new = await update(current.copy())
+            except Exception:
+                if from_guess:
                     continue
                 raise
-            if new is None or _same(new, current.obj):
-                if cached:
+            if new is None or same(new, current.obj):
+                if from_guess:
                     continue
                 return current.obj, current.obj
             meta = new["metadata"]
@@ -143,34 +110,79 @@ class Store:
                     result = await self.etcd.txn([compare_mod_revision(key, current.rv)],
                                                  [op_put(key, encode(new))])
             except EtcdError as e:
-                raise storage_error(e) from e
+                raise from_etcd(e) from e
             if result.succeeded:
-                return current.obj, _with_rv(new, result.revision)
-            if expected_rv is not None and not cached:
-                raise self._conflict(name)
-        raise self._conflict(name, "too many concurrent updates; please try again")
+                return current.obj, with_rv(new, result.revision)
+            if expected_rv is not None and not from_guess:
+                raise StorageError(StorageError.CONFLICT, f"{key}: resourceVersion {expected_rv} is not current")
+        raise StorageError(StorageError.TOO_MANY_CONFLICTS, TOO_MANY_CONFLICTS)
 
-    async def delete(self, namespace: str, name: str, precondition: Callable[[Obj], None] | None = None,
-                     expected_rv: str | None = None) -> Obj:
+    async def delete(self, namespace: str, name: str, precondition: Callable[[Obj], None] | None = None) -> Obj:
         """Remove the key now; ``precondition`` may raise to refuse. Returns the last state."""
         key = self.layout.key(namespace, name)
         for _ in range(MAX_CONFLICT_RETRIES):
             current = await self._read(key, name)
-            if expected_rv is not None and expected_rv != str(current.rv):
-                raise self._conflict(name)
             if precondition is not None:
                 precondition(current.obj)
             try:
                 result = await self.etcd.txn([compare_mod_revision(key, current.rv)], [op_delete(key)])
             except EtcdError as e:
-                raise storage_error(e) from e
+                raise from_etcd(e) from e
             if result.succeeded:
-                return _with_rv(current.obj, result.revision)
-        raise self._conflict(name, "too many concurrent updates; please try again")
+                return with_rv(current.obj, result.revision)
+        raise StorageError(StorageError.TOO_MANY_CONFLICTS, TOO_MANY_CONFLICTS)
+
+    async def list(self, namespace: str | None, opts: ListOptions) -> ListResult:
+        """A page of matching objects read from etcd: at the revision of a continue token or of
+        ``resourceVersionMatch=Exact``, else at the current one (which must not be older than a
+        given ``resourceVersion``)."""
+        predicate = opts.predicate()
+        if opts.continue_token:
+            rv, after = start_after(self.layout, namespace, opts.continue_token)
+            try:
+                return await self._list_at(namespace, opts, predicate, rv, after)
+            except StorageError as e:
+                if e.code != StorageError.FUTURE_REVISION:
+                    raise
+                # A revision etcd has not reached yet: no server issued this token.
+                raise StorageError(StorageError.INVALID,
+                                   f"continue key is not valid: resource version {rv} is in the future") from None
+        if opts.resource_version_match == "Exact":
+            return await self._list_at(namespace, opts, predicate, parse_resource_version(opts.resource_version),
+                                       None)
+        result = await self._list_at(namespace, opts, predicate, 0, None)
+        if opts.resource_version not in ("", "0"):
+            wanted = parse_resource_version(opts.resource_version)
+            if result.resource_version < wanted:
+                raise StorageError(StorageError.FUTURE_REVISION, f"Too large resource version: {wanted}",
+                                   revision=wanted, current=result.resource_version)
+        return result
+
+    async def _list_at(self, namespace: str | None, opts: ListOptions, predicate: Predicate,
+                              rv: int, after_key: str | None) -> ListResult:
+        """A list at an exact revision, read page by page from etcd until ``limit`` match."""
+        items: list[Entry] = []
+        last_key = after_key
+        while True:
+            need = opts.limit - len(items) if opts.limit else 0
+            page = max(need, ETCD_PAGE) if need and opts.filtered else need
+            entries, more, rv = await self.list_snapshot(namespace, rv, last_key, page)
+            for i, entry in enumerate(entries):
+                last_key = entry.key
+                if predicate(entry):
+                    items.append(entry)
+                if opts.limit and len(items) >= opts.limit:
+                    more = more or i < len(entries) - 1
+                    break
+            if not more or not entries or (opts.limit and len(items) >= opts.limit):
+                break
+        if more and last_key:
+            return ListResult(items, rv, continue_after(self.layout, namespace, rv, last_key))
+        return ListResult(items, rv)
 
     async def list_snapshot(self, namespace: str | None, revision: int, after_key: str | None,
                             limit: int) -> tuple[list[Entry], bool, int]:
-        """One page of keys at ``revision`` from etcd (continuation of a paged list).
+        """One page of keys at ``revision`` (0: the current one) from etcd.
 
         Returns (entries, more, revision); the page may be filtered further by the caller.
         """
@@ -179,25 +191,13 @@ class Store:
         try:
             result = await self.etcd.range(start, prefix_end(prefix), limit=limit, revision=revision)
         except EtcdCompacted as e:
-            raise errors.gone(
+            raise StorageError(
+                StorageError.EXPIRED,
                 "The provided continue parameter is too old to display a consistent list result. "
                 "You can start a new list without the continue parameter.") from e
         except EtcdError as e:
-            if "future revision" in e.message:  # kube's answer to a revision not reached yet (clients retry)
-                raise errors.too_large_resource_version(revision) from e
-            raise storage_error(e) from e
+            error = from_etcd(e)
+            error.revision = revision
+            raise error from e
         entries = [e for kv in result.kvs if (e := decode_entry(self.layout, kv)) is not None]
-        for entry in entries:
-            entry.obj["metadata"]["resourceVersion"] = str(entry.rv)
         return entries, result.more, revision or result.revision
-
-
-def _with_rv(obj: Obj, revision: int) -> Obj:
-    out = dict(obj)
-    out["metadata"] = {**obj.get("metadata", {}), "resourceVersion": str(revision)}
-    return out
-
-
-def _same(a: Obj, b: Obj) -> bool:
-    """Equal ignoring resourceVersion: a no-op write must not bump the revision."""
-    return encode(a) == encode(b)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from apiserver.endpoints.negotiation import now_rfc3339
-from apiserver.endpoints.patch import MERGE_PATCH
-from apiserver.registry.store import Registry, WriteOptions
+from apiserver.endpoints.decode import Decoder
+from apiserver.machinery.jsonutil import merge_patch
+from apiserver.machinery.timefmt import now_rfc3339
+from apiserver.registry.rest import WriteOptions
+from apiserver.registry.store import Registry
 
 Obj = dict[str, Any]
 
@@ -41,8 +41,12 @@ async def patch_object(registry: Registry, obj: Obj, body: Obj, subresource: str
     """A merge patch guarded by the object's resourceVersion (a stale view is a 409, retried by the queue)."""
     meta = obj["metadata"]
     body.setdefault("metadata", {})["resourceVersion"] = meta["resourceVersion"]
-    result = await registry.patch(meta["namespace"], meta["name"], MERGE_PATCH, orjson.dumps(body),
-                                  WriteOptions(field_validation="Strict"), subresource)
+    decoder = Decoder(registry.info, registry.strategy)
+
+    async def patched(current: Obj) -> Obj:
+        new, _ = decoder.decode(merge_patch(current, body), "Strict", name=meta["name"], patched=True)
+        return new
+    result = await registry.update_with(meta["namespace"], meta["name"], patched, WriteOptions(), subresource)
     return result.obj
 
 

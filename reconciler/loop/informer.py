@@ -11,7 +11,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from apiserver.storage.cacher import BOOKMARK, WatchCache, match_all
+from apiserver.storage.cacher import WatchCache
+from apiserver.storage.interface import BOOKMARK, match_all
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class Informer:
                             break
                         self._deliver(event)
                 finally:
-                    self.cache.stop_watching(watcher)
+                    watcher.stop()
         finally:
             resync.cancel()
 

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from apiserver.storage.cacher import MODIFIED, Event, EventQueue
+from apiserver.storage.cacher import EventQueue
+from apiserver.storage.interface import MODIFIED, Event
 
 
 def event(rv: int) -> Event:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import pytest
 
 from apiserver.machinery.errors import ApiError
+from apiserver.machinery.golang import go_bad_value, go_quote
 from apiserver.machinery.selectors import (
     EVERYTHING,
     LabelSelector,
     Operator,
     escape_field_value,
-    go_bad_value,
-    go_quote,
     label_key_errors,
     label_value_errors,
     new_requirement,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from apiserver.endpoints.negotiation import MAX_NESTING_DEPTH, check_nesting, json_copy
 from apiserver.machinery import errors
+from apiserver.machinery.jsonutil import MAX_NESTING_DEPTH, check_nesting, json_copy
 
 
 def test_a_json_copy_is_equal_and_shares_nothing_with_the_original() -> None:

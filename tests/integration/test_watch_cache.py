@@ -1,21 +1,21 @@
-"""Storage and watch cache against a real etcd."""
+"""The watch cache and the delegator's use of it, against a real etcd (what every storage does is
+test_storage_conformance.py's)."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
 from apiserver.apis.resource import VIRTUALCLUSTERS
 from apiserver.etcd.client import EtcdClient, EtcdConfig
-from apiserver.machinery import errors
 from apiserver.machinery.selectors import parse_label_selector
-from apiserver.storage.cacher import ADDED, DELETED, MODIFIED, Entry
+from apiserver.storage.cacher import WatchCache
 from apiserver.storage.compactor import Compactor
+from apiserver.storage.delegator import CachedStore
 from apiserver.storage.etcd3 import Store
+from apiserver.storage.interface import ADDED, DELETED, MODIFIED, Entry, StorageError
 from hack.harness import Etcd
 from tests.conftest import start_etcd, vc
 
@@ -27,11 +27,16 @@ def own_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
     server.stop()
 
 
+def cached_store(client: EtcdClient) -> CachedStore:
+    store = Store(client, VIRTUALCLUSTERS)
+    return CachedStore(store, WatchCache(client, store.layout))
+
+
 @pytest.fixture
-async def store(own_etcd: Etcd) -> AsyncIterator[Store]:
+async def store(own_etcd: Etcd) -> AsyncIterator[CachedStore]:
     client = EtcdClient(EtcdConfig([own_etcd.url], request_timeout=2.0))
     await client.start()
-    s = Store(client, VIRTUALCLUSTERS)
+    s = cached_store(client)
     s.cache.history_size = 50
     await s.cache.start()
     await asyncio.wait_for(s.cache.wait_ready(), 10)
@@ -46,74 +51,35 @@ def obj(name: str, ns: str = "storage", **labels: str) -> dict:
     return o
 
 
-async def test_created_object_reads_back_with_its_etcd_revision(store: Store) -> None:
-    created = await store.create(obj("rv-a"))
-    got = await store.get("storage", "rv-a")
-    assert got["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
-    assert int(created["metadata"]["resourceVersion"]) > 0
-
-
-async def test_second_create_of_a_name_is_already_exists(store: Store) -> None:
-    await store.create(obj("dup"))
-    with pytest.raises(errors.ApiError) as e:
-        await store.create(obj("dup"))
-    assert (e.value.code, e.value.reason) == (409, "AlreadyExists")
-
-
-async def test_update_with_a_stale_resource_version_is_a_conflict(store: Store) -> None:
-    created = await store.create(obj("stale"))
-    rv = created["metadata"]["resourceVersion"]
-
-    async def relabel(o: dict) -> dict:
-        o["metadata"]["labels"] = {"x": "1"}
-        return o
-    await store.guaranteed_update("storage", "stale", relabel)
-    with pytest.raises(errors.ApiError) as e:
-        await store.guaranteed_update("storage", "stale", relabel, expected_rv=rv)
-    assert e.value.code == 409
-    assert "the object has been modified" in e.value.message
-
-
-async def test_concurrent_read_modify_writes_lose_no_update(store: Store) -> None:
-    await store.create(obj("counter"))
-
-    async def bump(o: dict) -> dict:
-        n = int(o["metadata"].get("annotations", {}).get("n", "0"))
-        o["metadata"]["annotations"] = {"n": str(n + 1)}
-        return o
-    await asyncio.gather(*(store.guaranteed_update("storage", "counter", bump) for _ in range(12)))
-    assert (await store.get("storage", "counter"))["metadata"]["annotations"]["n"] == "12"
-
-
-async def test_consistent_list_from_the_cache_sees_the_latest_write(store: Store) -> None:
+async def test_consistent_list_from_the_cache_sees_the_latest_write(store: CachedStore) -> None:
     await store.create(obj("fresh", ns="fresh-ns"))
     await store.cache.wait_consistent()
     names = [e.name for e in store.cache.sorted_entries("fresh-ns")]
     assert names == ["fresh"]
 
 
-async def test_watch_resumes_from_a_revision_with_every_later_event(store: Store) -> None:
+async def test_watch_resumes_from_a_revision_with_every_later_event(store: CachedStore) -> None:
     first = await store.create(obj("w1", ns="resume"))
     start = int(first["metadata"]["resourceVersion"])
     await store.create(obj("w2", ns="resume"))
     await store.delete("resume", "w1")
     await store.cache.wait_consistent()
     watcher, backlog = store.cache.watch_from(start, "resume", lambda e: True, bookmarks=False)
-    store.cache.stop_watching(watcher)
+    watcher.stop()
     assert [(e.type, e.entry.name) for e in backlog] == [(ADDED, "w2"), (DELETED, "w1")]
 
 
-async def test_watch_from_a_revision_older_than_the_history_is_expired(store: Store) -> None:
+async def test_watch_from_a_revision_older_than_the_history_is_expired(store: CachedStore) -> None:
     first = await store.create(obj("old-0", ns="expire"))
     for i in range(1, 60):  # history holds 50 events
         await store.create(obj(f"old-{i}", ns="expire"))
     await store.cache.wait_consistent()
-    with pytest.raises(errors.ApiError) as e:
+    with pytest.raises(StorageError) as e:
         store.cache.watch_from(int(first["metadata"]["resourceVersion"]) - 1, None, lambda e: True, False)
-    assert (e.value.code, e.value.reason) == (410, "Expired")
+    assert e.value.code == StorageError.EXPIRED
 
 
-async def test_relabelled_object_leaves_a_filtered_watch_as_deleted(store: Store) -> None:
+async def test_relabelled_object_leaves_a_filtered_watch_as_deleted(store: CachedStore) -> None:
     selector = parse_label_selector("team=a")
     await store.create(obj("moving", ns="filter", team="a"))
     await store.cache.wait_consistent()
@@ -132,11 +98,11 @@ async def test_relabelled_object_leaves_a_filtered_watch_as_deleted(store: Store
     await store.guaranteed_update("filter", "moving", move)
     await store.guaranteed_update("filter", "moving", back)
     seen = [await asyncio.wait_for(watcher.queue.get(), 5) for _ in range(2)]
-    store.cache.stop_watching(watcher)
+    watcher.stop()
     assert [e.type for e in seen] == [DELETED, ADDED]
 
 
-async def test_modified_events_carry_the_new_state(store: Store) -> None:
+async def test_modified_events_carry_the_new_state(store: CachedStore) -> None:
     await store.create(obj("mod", ns="modns"))
     await store.cache.wait_consistent()
     watcher, _ = store.cache.watch_from(store.cache.rv, "modns", lambda e: True, bookmarks=False)
@@ -146,44 +112,25 @@ async def test_modified_events_carry_the_new_state(store: Store) -> None:
         return o
     _, new = await store.guaranteed_update("modns", "mod", label)
     event = await asyncio.wait_for(watcher.queue.get(), 5)
-    store.cache.stop_watching(watcher)
+    watcher.stop()
     assert event.type == MODIFIED
     assert event.entry.obj["metadata"]["labels"] == {"v": "2"}
     assert event.entry.obj["metadata"]["resourceVersion"] == new["metadata"]["resourceVersion"]
 
 
-async def test_paged_read_at_a_compacted_revision_is_gone(store: Store) -> None:
+async def test_paged_read_at_a_compacted_revision_is_gone(store: CachedStore) -> None:
     created = await store.create(obj("compact-me", ns="compact"))
     rv = int(created["metadata"]["resourceVersion"])
     await store.create(obj("compact-me-2", ns="compact"))
-    compactor = Compactor(store.etcd, 0)
+    compactor = Compactor(store.store.etcd, 0)
     head = await compactor.compact_once(0)
     await compactor.compact_once(head)
-    with pytest.raises(errors.ApiError) as e:
-        await store.list_snapshot("compact", rv, None, 10)
-    assert e.value.code == 410
+    with pytest.raises(StorageError) as e:
+        await store.store.list_snapshot("compact", rv, None, 10)
+    assert e.value.code == StorageError.EXPIRED
 
 
-async def test_etcd_outage_is_a_quick_503_and_the_cache_recovers(store: Store, own_etcd: Etcd,
-                                                                 tmp_path: Path) -> None:
-    own_etcd.stop()
-    try:
-        started = time.monotonic()
-        with pytest.raises(errors.ApiError) as e:
-            await store.get("storage", "anything")
-        assert e.value.code == 503
-        assert time.monotonic() - started < 3
-        with pytest.raises(errors.ApiError) as e:
-            await store.create(obj("during-outage"))
-        assert e.value.code == 503
-    finally:
-        own_etcd.start()
-    created = await store.create(obj("after-outage", ns="outage"))
-    await asyncio.wait_for(store.cache.wait_fresh(int(created["metadata"]["resourceVersion"])), 10)
-    assert store.cache.get("outage", "after-outage") is not None
-
-
-async def test_a_later_page_from_the_cache_equals_etcd_at_the_first_pages_revision(store: Store) -> None:
+async def test_a_later_page_from_the_cache_equals_etcd_at_the_first_pages_revision(store: CachedStore) -> None:
     ns = "pages"
     for i in range(0, 40, 2):
         await store.create(obj(f"p{i:02d}", ns))
@@ -205,13 +152,13 @@ async def test_a_later_page_from_the_cache_equals_etcd_at_the_first_pages_revisi
     for after in ("", store.layout.key(ns, "p05"), store.layout.key(ns, "p16"), store.layout.key(ns, "p38")):
         snapshot = store.cache.entries_at(first_rv, ns, after)
         assert snapshot is not None
-        from_etcd, _, _ = await store.list_snapshot(ns, first_rv, after or None, 0)
+        from_etcd, _, _ = await store.store.list_snapshot(ns, first_rv, after or None, 0)
         assert shape(list(snapshot)) == shape(from_etcd)
         assert shape(list(store.cache.entries_at(store.cache.rv, ns, after) or [])) == \
-            shape((await store.list_snapshot(ns, store.cache.rv, after or None, 0))[0])
+            shape((await store.store.list_snapshot(ns, store.cache.rv, after or None, 0))[0])
 
 
-async def test_a_page_older_than_the_cache_history_is_not_served_from_the_cache(store: Store) -> None:
+async def test_a_page_older_than_the_cache_history_is_not_served_from_the_cache(store: CachedStore) -> None:
     await store.create(obj("old-page", "history"))
     rv = await store.cache.wait_consistent()
     for i in range(store.cache.history_size + 5):
@@ -220,7 +167,7 @@ async def test_a_page_older_than_the_cache_history_is_not_served_from_the_cache(
     assert store.cache.entries_at(rv, "history", "") is None
 
 
-async def test_the_label_index_finds_exactly_what_a_scan_finds_as_labels_change(store: Store) -> None:
+async def test_the_label_index_finds_exactly_what_a_scan_finds_as_labels_change(store: CachedStore) -> None:
     ns = "indexed"
     for i in range(30):
         await store.create(obj(f"l{i:02d}", ns, shard=str(i % 3), tier="a" if i < 15 else "b"))
@@ -249,7 +196,7 @@ async def test_consistent_reads_under_load_share_revision_reads_and_see_every_ac
     reads: list[str] = []
     client = EtcdClient(EtcdConfig([own_etcd.url]), observe=lambda op, _s, _ok: reads.append(op))
     await client.start()
-    s = Store(client, VIRTUALCLUSTERS)
+    s = cached_store(client)
     await s.cache.start()
     try:
         await asyncio.wait_for(s.cache.wait_ready(), 10)

@@ -1,0 +1,58 @@
+"""Times as kube writes them (RFC 3339, seconds, UTC) and ages as kubectl shows them."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+__all__ = ["age", "human_duration", "now_rfc3339", "parse_rfc3339"]
+
+
+def human_duration(seconds: float) -> str:
+    """Age as kubectl shows it (apimachinery's duration.HumanDuration rules)."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        rest = s % 60
+        return f"{minutes}m" if rest == 0 else f"{minutes}m{rest}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h" if rest == 0 else f"{hours}h{rest}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d" if rest == 0 else f"{hours // 24}d{rest}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
+    return f"{hours // 24 // 365}y"
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(value: str) -> dt.datetime:
+    parsed = dt.datetime.fromisoformat(value)  # C-fast; Python 3.11 reads the trailing Z
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def age(timestamp: str | None) -> str:
+    if not timestamp:
+        return "<unknown>"
+    try:
+        created = parse_rfc3339(timestamp)
+    except ValueError:
+        return "<unknown>"
+    return human_duration((dt.datetime.now(dt.UTC) - created).total_seconds())

@@ -1,0 +1,158 @@
+"""What storage is to the layers above it: stored entries, watch events, list options, the one
+interface both the etcd store and the cached delegator implement, and the errors they raise.
+
+Nothing here knows HTTP or API status codes: the registry translates a :class:`StorageError` into
+the Status a client sees (as k8s.io/apiserver's ``storage/errors.go`` and
+``registry/generic/registry`` split the work).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from apiserver.machinery.selectors import FieldSelector, LabelSelector
+
+__all__ = ["ADDED", "BOOKMARK", "DELETED", "ERROR", "MODIFIED", "Entry", "Event", "ListOptions", "ListResult",
+           "Obj", "Predicate", "Storage", "StorageError", "UpdateFn", "match_all"]
+
+Obj = dict[str, Any]
+UpdateFn = Callable[[Obj], Awaitable[Obj | None]]
+
+ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
+
+
+@dataclass(slots=True)
+class Entry:
+    """One stored object as storage hands it out; ``obj`` is never mutated after creation."""
+
+    key: str
+    namespace: str
+    name: str
+    rv: int
+    obj: dict[str, Any]
+    labels: dict[str, str] = field(init=False)
+    _json: bytes | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.labels = self.obj.get("metadata", {}).get("labels") or {}
+
+    def json(self) -> bytes:
+        """The object encoded once, shared by every get, list and watch that serves it."""
+        if self._json is None:
+            self._json = orjson.dumps(self.obj)
+        return self._json
+
+    def copy(self) -> Obj:
+        """A private copy the caller may change, decoded from the shared encoding."""
+        return orjson.loads(self.json())
+
+
+@dataclass(slots=True)
+class Event:
+    type: str
+    rv: int
+    entry: Entry | None  # the new state, or the last state for DELETED; None for BOOKMARK
+    prev: Entry | None = None
+
+
+Predicate = Callable[[Entry], bool]
+
+
+def match_all(_: Entry) -> bool:
+    return True
+
+
+@dataclass
+class ListOptions:
+    """Which objects a list or watch wants (kube's ListOptions and SelectionPredicate in one)."""
+
+    label_selector: LabelSelector | None = None
+    field_selector: FieldSelector | None = None
+    limit: int = 0
+    continue_token: str = ""
+    resource_version: str = ""
+    resource_version_match: str = ""
+
+    def predicate(self) -> Predicate:
+        labels = self.label_selector
+        fields = self.field_selector
+        if (labels is None or labels.empty) and fields is None:
+            return match_all
+
+        def matches(entry: Entry) -> bool:
+            if labels is not None and not labels.matches(entry.labels):
+                return False
+            if fields is not None and not fields.matches(
+                    {"metadata.name": entry.name, "metadata.namespace": entry.namespace}):
+                return False
+            return True
+        return matches
+
+    @property
+    def filtered(self) -> bool:
+        return (self.label_selector is not None and not self.label_selector.empty) or self.field_selector is not None
+
+
+@dataclass
+class ListResult:
+    entries: list[Entry]
+    resource_version: int
+    continue_token: str = ""
+    remaining: int | None = None  # remainingItemCount, when it can be known
+
+    def list_meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"resourceVersion": str(self.resource_version)}
+        if self.continue_token:
+            meta["continue"] = self.continue_token
+            if self.remaining is not None:
+                meta["remainingItemCount"] = self.remaining
+        return meta
+
+
+class StorageError(Exception):
+    """A storage failure, by code; the registry decides what a client is told."""
+
+    NOT_FOUND = "NotFound"
+    EXISTS = "Exists"
+    CONFLICT = "Conflict"  # the resourceVersion a write was conditioned on is not current
+    TOO_MANY_CONFLICTS = "TooManyConflicts"  # a read-modify-write lost every race
+    UNAVAILABLE = "Unavailable"  # etcd did not answer; a write may or may not have been applied
+    EXPIRED = "Expired"  # the revision asked for is compacted or out of the watch cache's history
+    FUTURE_REVISION = "FutureRevision"  # a revision storage has not reached (in time)
+    INVALID = "Invalid"  # a request storage cannot serve as given (a forged continue token)
+    TOO_LARGE = "TooLarge"
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    NOT_READY = "NotReady"  # the cache has not listed yet
+    INTERNAL = "Internal"
+
+    def __init__(self, code: str, message: str, *, revision: int = 0, current: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.revision = revision  # FUTURE_REVISION: the one asked for
+        self.current = current  # FUTURE_REVISION: the one storage stands at, when known
+
+
+class Storage(Protocol):
+    """The one storage interface: implemented by :class:`~apiserver.storage.etcd3.Store` and by
+    :class:`~apiserver.storage.delegator.CachedStore`, which decides cache or etcd per call."""
+
+    async def get(self, namespace: str, name: str, resource_version: str = "") -> Entry:
+        """One object: ``resourceVersion=0`` any recent state, otherwise the current one."""
+
+    async def list(self, namespace: str | None, opts: ListOptions) -> ListResult:
+        """A page of matching objects and what the next page needs."""
+
+    async def create(self, obj: Obj) -> Obj:
+        """Store a new object; EXISTS when its key is taken."""
+
+    async def guaranteed_update(self, namespace: str, name: str, update: UpdateFn,
+                                expected_rv: str | None = None) -> tuple[Obj, Obj]:
+        """Read-modify-write until it lands; (old, new)."""
+
+    async def delete(self, namespace: str, name: str, precondition: Callable[[Obj], None] | None = None) -> Obj:
+        """Remove the object now; returns its last state."""
