@@ -19,15 +19,13 @@ from multidict import CIMultiDict
 from apiserver.endpoints import negotiation, patch
 from apiserver.endpoints.decode import Decoder, load_body
 from apiserver.endpoints.request import (
-    bool_param,
     delete_options,
-    field_validation,
     list_options,
     request_info,
     write_options,
 )
 from apiserver.endpoints.watch import WatchServer
-from apiserver.registry.rest import Obj, Result
+from apiserver.registry.rest import Obj, Result, WriteOptions
 from apiserver.registry.store import Registry
 from apiserver.storage.interface import Entry
 
@@ -92,9 +90,9 @@ class ResourceHandlers:
         return self._render_object(result.obj, target, request.rel_url.query, status,
                                    _warning_headers(warnings + result.warnings) or None)
 
-    async def _body(self, request: web.Request, name: str | None = None) -> tuple[Obj, list[str]]:
+    async def _body(self, request: web.Request, opts: WriteOptions, name: str | None = None) -> tuple[Obj, list[str]]:
         raw = await request.read()
-        return self.decoder.decode(load_body(raw), field_validation(request.rel_url.query), raw, name)
+        return self.decoder.decode(load_body(raw), opts.field_validation, raw, name)
 
     # -- collection ------------------------------------------------------------------
 
@@ -102,7 +100,10 @@ class ResourceHandlers:
         namespace = request.match_info.get("namespace")
         query = request.rel_url.query
         target = negotiation.negotiate(request.headers.get("Accept"))
-        watch = request_info(request).watch or bool(bool_param(query, "watch"))
+        info = request_info(request)
+        if info.watch_error is not None:
+            raise info.watch_error
+        watch = info.watch
         opts = list_options(request, watch=watch)
         if watch:
             return await self.watches.serve(request, namespace, opts, target)
@@ -114,7 +115,7 @@ class ResourceHandlers:
     async def create(self, request: web.Request) -> web.Response:
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
         opts = write_options(request)
-        obj, warnings = await self._body(request)
+        obj, warnings = await self._body(request, opts)
         result = await self.registry.create(request.match_info["namespace"], obj, opts)
         return self._write_result(result, warnings, target, request, 201)
 
@@ -145,7 +146,7 @@ class ResourceHandlers:
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
         opts = write_options(request)
         name = request.match_info["name"]
-        obj, warnings = await self._body(request, name)
+        obj, warnings = await self._body(request, opts, name)
         result = await self.registry.update(request.match_info["namespace"], name, obj, opts,
                                             request.match_info.get("subresource", ""))
         return self._write_result(result, warnings, target, request, 201 if result.created else 200)
@@ -153,13 +154,12 @@ class ResourceHandlers:
     async def patch(self, request: web.Request) -> web.Response:
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
         opts = write_options(request)
-        validation = field_validation(request.rel_url.query)
         patcher = patch.decode(request.headers.get("Content-Type", ""), await request.read())
         name = request.match_info["name"]
         warnings: list[str] = []
 
         async def patched(current: Obj) -> Obj:
-            obj, warnings[:] = self.decoder.decode(patcher.apply(current), validation, name=name, patched=True)
+            obj, warnings[:] = self.decoder.decode(patcher.apply(current), opts.field_validation, name=name, patched=True)
             return obj
         result = await self.registry.update_with(request.match_info["namespace"], name, patched, opts,
                                                  request.match_info.get("subresource", ""))

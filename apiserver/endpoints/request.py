@@ -41,6 +41,7 @@ class RequestInfo:
     mutating: bool
     field_selector: FieldSelector | None = None  # parsed once; None when absent or malformed
     field_selector_error: errors.ApiError | None = None
+    watch_error: errors.ApiError | None = None  # a malformed ``watch``: the handler's 400 to give
 
     @property
     def long_running(self) -> bool:
@@ -73,12 +74,12 @@ def _info(request: web.Request) -> RequestInfo:
     match = request.match_info
     query = request.rel_url.query
     item = "name" in match
-    watch = False
+    watch, watch_error = False, None
     if method in ("GET", "HEAD"):
         try:
             watch = bool(bool_param(query, "watch"))
-        except errors.ApiError:
-            watch = False  # the handler answers the malformed value
+        except errors.ApiError as e:
+            watch_error = e
         verb = ("watch" if watch else "get") if item else ("watch" if watch else "list")
     else:
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
@@ -96,7 +97,7 @@ def _info(request: web.Request) -> RequestInfo:
                        group=info.group, version=info.version, resource=info.resource,
                        subresource=match.get("subresource", ""), name=object_name)
     return RequestInfo(attrs, watch=watch, mutating=mutating, field_selector=selector,
-                       field_selector_error=selector_error)
+                       field_selector_error=selector_error, watch_error=watch_error)
 
 
 def request_info(request: web.Request) -> RequestInfo:
@@ -127,7 +128,8 @@ def field_validation(query: Any) -> str:
 
 def write_options(request: web.Request) -> WriteOptions:
     query = request.rel_url.query
-    return WriteOptions(dry_run=dry_run(query.getall("dryRun", [])), field_manager=query.get("fieldManager", ""))
+    return WriteOptions(dry_run=dry_run(query.getall("dryRun", [])), field_validation=field_validation(query),
+                        field_manager=query.get("fieldManager", ""))
 
 
 # -- list and watch options --------------------------------------------------------------

@@ -26,7 +26,10 @@ UpdatedObject = Callable[[Obj], Awaitable[Obj]]
 
 @dataclass
 class WriteOptions:
+    """kube's CreateOptions/UpdateOptions/PatchOptions (fieldValidation is applied by the decoder)."""
+
     dry_run: bool = False
+    field_validation: str = "Warn"  # Strict | Warn | Ignore
     field_manager: str = ""
 
 
