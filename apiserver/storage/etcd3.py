@@ -101,7 +101,7 @@ class Store:
             raise storage_error(e) from e
         if not result.succeeded:
             raise errors.already_exists(self.info.resource, self.info.group, meta["name"])
-        return _with_rv(obj, result.revision)
+        return _with_rv(obj, result.header.revision)
 
     async def guaranteed_update(self, namespace: str, name: str, update: UpdateFn,
                                 expected_rv: str | None = None) -> tuple[Obj, Obj]:
@@ -145,7 +145,7 @@ class Store:
             except EtcdError as e:
                 raise storage_error(e) from e
             if result.succeeded:
-                return current.obj, _with_rv(new, result.revision)
+                return current.obj, _with_rv(new, result.header.revision)
             if expected_rv is not None and not cached:
                 raise self._conflict(name)
         raise self._conflict(name, "too many concurrent updates; please try again")
@@ -165,7 +165,7 @@ class Store:
             except EtcdError as e:
                 raise storage_error(e) from e
             if result.succeeded:
-                return _with_rv(current.obj, result.revision)
+                return _with_rv(current.obj, result.header.revision)
         raise self._conflict(name, "too many concurrent updates; please try again")
 
     async def list_snapshot(self, namespace: str | None, revision: int, after_key: str | None,
@@ -189,7 +189,7 @@ class Store:
         entries = [e for kv in result.kvs if (e := decode_entry(self.layout, kv)) is not None]
         for entry in entries:
             entry.obj["metadata"]["resourceVersion"] = str(entry.rv)
-        return entries, result.more, revision or result.revision
+        return entries, result.more, revision or result.header.revision
 
 
 def _with_rv(obj: Obj, revision: int) -> Obj:

@@ -22,6 +22,8 @@ from apiserver.etcd.client import (
     EtcdConfig,
     EtcdError,
     EtcdUnavailable,
+    StatusRequest,
+    StatusResponse,
     compare_absent,
     compare_mod_revision,
     op_put,
@@ -178,11 +180,11 @@ async def test_transactions_apply_only_when_their_compares_hold(plain: Etcd) -> 
     async for c in _client(EtcdConfig([plain.url])):
         created = await c.txn([compare_absent("/client/txn")], [op_put("/client/txn", b"1")])
         again = await c.txn([compare_absent("/client/txn")], [op_put("/client/txn", b"2")])
-        stale = await c.txn([compare_mod_revision("/client/txn", created.revision - 1)], [op_put("/client/txn", b"3")])
-        updated = await c.txn([compare_mod_revision("/client/txn", created.revision)], [op_put("/client/txn", b"4")])
+        stale = await c.txn([compare_mod_revision("/client/txn", created.header.revision - 1)], [op_put("/client/txn", b"3")])
+        updated = await c.txn([compare_mod_revision("/client/txn", created.header.revision)], [op_put("/client/txn", b"4")])
         assert (created.succeeded, again.succeeded, stale.succeeded, updated.succeeded) == (True, False, False, True)
         kv = await c.get("/client/txn")
-        assert kv is not None and (kv.value, kv.mod_revision, kv.version) == (b"4", updated.revision, 2)
+        assert kv is not None and (kv.value, kv.mod_revision, kv.version) == (b"4", updated.header.revision, 2)
 
 
 async def test_a_lease_kept_alive_holds_its_key_until_revoked(plain: Etcd) -> None:
@@ -203,7 +205,7 @@ async def test_etcds_refusals_carry_its_grpc_status_and_message(plain: Etcd) -> 
             await c.put("/client/huge", b"x" * (2 * 1024 * 1024))
         assert too_large.value.code == 8  # RESOURCE_EXHAUSTED
         with pytest.raises(EtcdError, match="unknown method NoSuchMethod for service etcdserverpb.KV") as unknown:
-            await c._call(b"/etcdserverpb.KV/NoSuchMethod", b"", bytes, idempotent=True)
+            await c._call(b"/etcdserverpb.KV/NoSuchMethod", StatusRequest(), StatusResponse, idempotent=True)
         assert unknown.value.code == 12  # UNIMPLEMENTED
         first = await c.put("/client/compacted", b"1")
         latest = await c.put("/client/compacted", b"2")
@@ -319,7 +321,7 @@ async def test_etcd_with_mutual_tls_serves_a_client_with_its_certificate(tls: tu
     async for c in _client(mutual_tls(tls)):
         written = await c.put("/client/tls", b"x")
         result = await c.range("/client/", prefix_end("/client/"))
-        assert [(kv.key, kv.value) for kv in result.kvs] == [(b"/client/tls", b"x")] and result.revision == written
+        assert [(kv.key, kv.value) for kv in result.kvs] == [(b"/client/tls", b"x")] and result.header.revision == written
 
 
 async def test_etcd_with_mutual_tls_refuses_a_client_without_a_certificate(tls: tuple[str, Path]) -> None:
