@@ -19,7 +19,16 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
-from apiserver.etcd.grpc import CallBroken, Endpoint, GrpcConnections, GrpcError, Keepalive, NotSent
+from apiserver.etcd.grpc import (
+    MAX_MESSAGE,
+    CallBroken,
+    Endpoint,
+    GrpcConnections,
+    GrpcError,
+    Keepalive,
+    NotSent,
+    ReplyTooLarge,
+)
 from apiserver.etcd.messages import (  # noqa: F401 - the client's vocabulary, re-exported
     CompactionRequest,
     CompactionResponse,
@@ -59,6 +68,7 @@ log = logging.getLogger(__name__)
 Reply = TypeVar("Reply", bound=Message)
 
 GRPC_DEADLINE_EXCEEDED = 4
+GRPC_RESOURCE_EXHAUSTED = 8  # what grpc-go's client reports for a reply over its receive limit
 GRPC_OUT_OF_RANGE = 11
 GRPC_UNAVAILABLE = 14
 KV = b"/etcdserverpb.KV/"
@@ -107,6 +117,12 @@ class EtcdConfig:
     request_timeout: float = 5.0
     connect_timeout: float = 2.0
     keepalive: Keepalive = field(default_factory=Keepalive)  # how a silently dead connection is found
+    # The largest reply message taken from etcd; a larger one fails its call (EtcdError) as soon as
+    # its length is known, before it is buffered. etcd's Go client, as kube-apiserver uses it, allows
+    # math.MaxInt32 (its MaxCallRecvMsgSize default), and so does this: a Range over a whole
+    # resource has to fit, and etcd's default backend quota (2 GiB) bounds what one can return.
+    # Lower it to bound what one reply can make this process hold.
+    max_reply_bytes: int = MAX_MESSAGE
 
 
 LatencyObserver = Callable[[str, float, bool], None]
@@ -137,7 +153,8 @@ class EtcdClient:
 
     async def start(self) -> None:
         if self._grpc is None:
-            self._grpc = GrpcConnections(self._ssl, self.config.connect_timeout, self.config.keepalive)
+            self._grpc = GrpcConnections(self._ssl, self.config.connect_timeout, self.config.keepalive,
+                                         self.config.max_reply_bytes)
 
     async def close(self) -> None:
         if self._grpc is not None:
@@ -175,6 +192,10 @@ class EtcdClient:
                 self._current = index
                 self._record(op, started, ok=False)
                 raise self._error(e.message, e.code) from None
+            except ReplyTooLarge as e:
+                self._current = index
+                self._record(op, started, ok=False)
+                raise EtcdError(f"etcd's {op} reply: {e}", GRPC_RESOURCE_EXHAUSTED) from None
             except TimeoutError:
                 self._record(op, started, ok=False)
                 self._move_past(index)  # the next call asks another member
@@ -303,6 +324,8 @@ class EtcdClient:
                     return
         except GrpcError as e:
             raise self._error(f"etcd watch error: {e.message}", e.code) from None
+        except ReplyTooLarge as e:
+            raise EtcdError(f"etcd's watch reply: {e}", GRPC_RESOURCE_EXHAUSTED) from None
         except DecodeError as e:
             raise EtcdError(f"etcd's watch reply could not be decoded: {e}") from None
         except ConnectionError as e:

@@ -167,6 +167,33 @@ async def test_a_range_larger_than_one_frame_arrives_whole(plain: Etcd) -> None:
         assert (result.count, result.more) == (300, False)
 
 
+async def test_a_reply_over_the_maximum_fails_its_call_and_the_connection_serves_the_next(plain: Etcd) -> None:
+    """300 values of 1 KiB against a 64 KiB maximum: the range, and a watch replaying them, fail
+    as soon as the reply's length is known; the stream is reset and its connection carries on."""
+    async for c in _client(EtcdConfig([plain.url], max_reply_bytes=64 * 1024)):
+        first = await c.put("/client/bounded/start", b"")
+        for i in range(300):
+            await c.put(f"/client/bounded/{i:03}", b"x" * 1024)
+        assert c._grpc is not None
+        (calls,) = c._grpc._connections.values()
+        with pytest.raises(EtcdError, match=r"^etcd's range reply: a message of 3\d{5} bytes is larger than the "
+                                            r"65536 bytes allowed$") as too_large:
+            await c.range("/client/bounded/", prefix_end("/client/bounded/"))
+        assert too_large.value.code == 8  # RESOURCE_EXHAUSTED, as grpc-go's client says it
+        result = await c.range("/client/bounded/", prefix_end("/client/bounded/"), limit=10)
+        assert (len(result.kvs), result.more, result.count) == (10, True, 301)
+        watch = c.watch("/client/bounded/", prefix_end("/client/bounded/"), start_revision=first)
+        assert (await anext(watch)).created
+        with pytest.raises(EtcdError, match="^etcd's watch reply: a message of .* larger than the 65536 bytes"):
+            await anext(watch)
+        streams = c._grpc._connections[(c._endpoints[0], True)]
+        watch = c.watch("/client/bounded/", prefix_end("/client/bounded/"))
+        assert (await anext(watch)).created
+        await watch.aclose()
+        assert c._grpc._connections == {(c._endpoints[0], False): calls, (c._endpoints[0], True): streams}
+        assert not calls.closed and not streams.closed and _connections_to(plain.url) == 2
+
+
 async def test_a_value_larger_than_the_send_window_is_written_whole(plain: Etcd) -> None:
     """1.4 MiB, under etcd's 1.5 MiB request limit but over the window it grants a stream (< 1 MiB)."""
     value = bytes(range(256)) * (1400 * 4)
