@@ -1,4 +1,5 @@
-"""An etcd v3 client over etcd's gRPC API (:mod:`.etcdgrpc`), with hand-encoded messages (:mod:`.etcdpb`).
+"""An etcd v3 client over etcd's gRPC API (:mod:`apiserver.etcd.grpc`), its messages the classes
+generated from etcd's API (:mod:`apiserver.etcd.messages`).
 
 Failures are mapped to three exceptions the storage layer understands: :class:`EtcdUnavailable`
 (cannot reach a member in time, or lost it with a write's outcome unknown: the API answers 503),
@@ -16,25 +17,58 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from apiserver.etcd import messages as etcdpb
-from apiserver.etcd.grpc import CallBroken, Endpoint, GrpcConnections, GrpcError, Keepalive, NotSent
+from google.protobuf.message import Message
+
+from apiserver.etcd.grpc import (
+    MAX_MESSAGE,
+    CallBroken,
+    Endpoint,
+    GrpcConnections,
+    GrpcError,
+    Keepalive,
+    NotSent,
+    ReplyTooLarge,
+)
 from apiserver.etcd.messages import (  # noqa: F401 - the client's vocabulary, re-exported
+    CompactionRequest,
+    CompactionResponse,
+    Compare,
+    DecodeError,
+    DeleteRangeRequest,
+    DeleteRangeResponse,
+    Event,
     KeyValue,
-    RangeResult,
-    TxnResult,
-    WatchEvent,
+    LeaseGrantRequest,
+    LeaseGrantResponse,
+    LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse,
+    LeaseRevokeRequest,
+    LeaseRevokeResponse,
+    PutRequest,
+    PutResponse,
+    RangeRequest,
+    RangeResponse,
+    RequestOp,
+    StatusRequest,
+    StatusResponse,
+    TxnRequest,
+    TxnResponse,
+    WatchCreateRequest,
+    WatchRequest,
     WatchResponse,
     compare_absent,
     compare_mod_revision,
     compare_value,
+    key_bytes,
     op_delete,
     op_put,
 )
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
+Reply = TypeVar("Reply", bound=Message)
 
 GRPC_DEADLINE_EXCEEDED = 4
+GRPC_RESOURCE_EXHAUSTED = 8  # what grpc-go's client reports for a reply over its receive limit
 GRPC_OUT_OF_RANGE = 11
 GRPC_UNAVAILABLE = 14
 KV = b"/etcdserverpb.KV/"
@@ -83,6 +117,12 @@ class EtcdConfig:
     request_timeout: float = 5.0
     connect_timeout: float = 2.0
     keepalive: Keepalive = field(default_factory=Keepalive)  # how a silently dead connection is found
+    # The largest reply message taken from etcd; a larger one fails its call (EtcdError) as soon as
+    # its length is known, before it is buffered. etcd's Go client, as kube-apiserver uses it, allows
+    # math.MaxInt32 (its MaxCallRecvMsgSize default), and so does this: a Range over a whole
+    # resource has to fit, and etcd's default backend quota (2 GiB) bounds what one can return.
+    # Lower it to bound what one reply can make this process hold.
+    max_reply_bytes: int = MAX_MESSAGE
 
 
 LatencyObserver = Callable[[str, float, bool], None]
@@ -113,7 +153,8 @@ class EtcdClient:
 
     async def start(self) -> None:
         if self._grpc is None:
-            self._grpc = GrpcConnections(self._ssl, self.config.connect_timeout, self.config.keepalive)
+            self._grpc = GrpcConnections(self._ssl, self.config.connect_timeout, self.config.keepalive,
+                                         self.config.max_reply_bytes)
 
     async def close(self) -> None:
         if self._grpc is not None:
@@ -131,14 +172,15 @@ class EtcdClient:
         if self._observe is not None:
             self._observe(op, time.perf_counter() - started, ok)
 
-    async def _call(self, method: bytes, message: bytes, decode: Callable[[bytes], T], *, idempotent: bool,
-                    timeout: float | None = None, first_of_stream: bool = False) -> T:
-        """One call on the current endpoint, its reply decoded; on to the next endpoint while the call
+    async def _call(self, method: bytes, request: Message, reply_type: type[Reply], *, idempotent: bool,
+                    timeout: float | None = None, first_of_stream: bool = False) -> Reply:
+        """One call on the current endpoint, its reply parsed; on to the next endpoint while the call
         was never sent (and, when doing it twice does no harm, also when a connection broke under it)."""
         if self._grpc is None:
             raise RuntimeError("EtcdClient.start() was not awaited")
         op = method.decode().rsplit("/", 1)[-1].lower()
         timeout = timeout if timeout is not None else self.config.request_timeout
+        message = request.SerializeToString()
         last_error: Exception | None = None
         started = time.perf_counter()
         for attempt in range(len(self._endpoints)):
@@ -150,6 +192,10 @@ class EtcdClient:
                 self._current = index
                 self._record(op, started, ok=False)
                 raise self._error(e.message, e.code) from None
+            except ReplyTooLarge as e:
+                self._current = index
+                self._record(op, started, ok=False)
+                raise EtcdError(f"etcd's {op} reply: {e}", GRPC_RESOURCE_EXHAUSTED) from None
             except TimeoutError:
                 self._record(op, started, ok=False)
                 self._move_past(index)  # the next call asks another member
@@ -168,10 +214,13 @@ class EtcdClient:
                 continue
             self._current = index
             try:
-                result = decode(reply)
-            except etcdpb.DecodeError as e:
+                result = reply_type.FromString(reply)
+            except DecodeError as e:
                 self._record(op, started, ok=False)
                 raise EtcdError(f"etcd's {op} reply could not be decoded: {e}") from None
+            if not result.HasField("header"):  # every reply of etcd's has one
+                self._record(op, started, ok=False)
+                raise EtcdError(f"etcd's {op} reply carried no header")
             self._record(op, started, ok=True)
             return result
         self._record(op, started, ok=False)
@@ -190,64 +239,65 @@ class EtcdClient:
 
     async def range(self, key: str | bytes, range_end: bytes | None = None, *, limit: int = 0,
                     revision: int = 0, keys_only: bool = False, count_only: bool = False,
-                    serializable: bool = False) -> RangeResult:
-        message = etcdpb.range_request(key, range_end, limit=limit, revision=revision, keys_only=keys_only,
-                                       count_only=count_only, serializable=serializable)
-        return await self._call(KV + b"Range", message, RangeResult.decode, idempotent=True)
+                    serializable: bool = False) -> RangeResponse:
+        request = RangeRequest(key=key_bytes(key), range_end=range_end, limit=limit, revision=revision,
+                               keys_only=keys_only, count_only=count_only, serializable=serializable)
+        return await self._call(KV + b"Range", request, RangeResponse, idempotent=True)
 
     async def current_revision(self, key: str | bytes) -> int:
         """etcd's revision as of a quorum read sent now: the smallest Range of ``key`` (which need
         not exist). This read is behind every consistent read."""
-        message = etcdpb.range_request(key, limit=1, keys_only=True)
-        return await self._call(KV + b"Range", message, etcdpb.reply_revision, idempotent=True)
+        request = RangeRequest(key=key_bytes(key), limit=1, keys_only=True)
+        return (await self._call(KV + b"Range", request, RangeResponse, idempotent=True)).header.revision
 
     async def get(self, key: str | bytes) -> KeyValue | None:
         result = await self.range(key)
         return result.kvs[0] if result.kvs else None
 
     async def put(self, key: str | bytes, value: bytes, lease: int = 0) -> int:
-        return await self._call(KV + b"Put", etcdpb.put_request(key, value, lease), etcdpb.reply_revision,
-                                idempotent=False)
+        request = PutRequest(key=key_bytes(key), value=value, lease=lease)
+        return (await self._call(KV + b"Put", request, PutResponse, idempotent=False)).header.revision
 
     async def delete_range(self, key: str | bytes, range_end: bytes | None = None) -> tuple[int, int]:
         """Delete keys; returns (deleted count, revision)."""
-        return await self._call(KV + b"DeleteRange", etcdpb.delete_range_request(key, range_end),
-                                lambda reply: (etcdpb.int_field(reply, 2), etcdpb.reply_revision(reply)),
-                                idempotent=False)
+        request = DeleteRangeRequest(key=key_bytes(key), range_end=range_end)
+        reply = await self._call(KV + b"DeleteRange", request, DeleteRangeResponse, idempotent=False)
+        return reply.deleted, reply.header.revision
 
-    async def txn(self, compare: list[bytes], success: list[bytes], failure: list[bytes] | None = None) -> TxnResult:
+    async def txn(self, compare: list[Compare], success: list[RequestOp],
+                  failure: list[RequestOp] | None = None) -> TxnResponse:
         """One transaction of compares and ops built with :func:`compare_mod_revision`, :func:`op_put`, ..."""
-        return await self._call(KV + b"Txn", etcdpb.txn_request(compare, success, failure or []),
-                                TxnResult.decode, idempotent=False)
+        request = TxnRequest(compare=compare, success=success, failure=failure)
+        return await self._call(KV + b"Txn", request, TxnResponse, idempotent=False)
 
     async def compact(self, revision: int, physical: bool = False) -> None:
-        await self._call(KV + b"Compact", etcdpb.compaction_request(revision, physical), etcdpb.reply_revision,
-                         idempotent=False, timeout=max(self.config.request_timeout, 30.0))
+        await self._call(KV + b"Compact", CompactionRequest(revision=revision, physical=physical),
+                         CompactionResponse, idempotent=False, timeout=max(self.config.request_timeout, 30.0))
 
     # -- leases ----------------------------------------------------------------------
 
     async def lease_grant(self, ttl: int) -> int:
-        error, lease_id = await self._call(
-            LEASE + b"LeaseGrant", etcdpb.lease_grant_request(ttl),
-            lambda reply: (etcdpb.string_field(reply, 4), etcdpb.int_field(reply, 2)), idempotent=False)
-        if error:
-            raise EtcdError(error)
-        return lease_id
+        reply = await self._call(LEASE + b"LeaseGrant", LeaseGrantRequest(TTL=ttl), LeaseGrantResponse,
+                                 idempotent=False)
+        if reply.error:
+            raise EtcdError(reply.error)
+        return reply.ID
 
     async def lease_revoke(self, lease_id: int) -> None:
-        await self._call(LEASE + b"LeaseRevoke", etcdpb.lease_request(lease_id), etcdpb.reply_revision,
+        await self._call(LEASE + b"LeaseRevoke", LeaseRevokeRequest(ID=lease_id), LeaseRevokeResponse,
                          idempotent=True)
 
     async def lease_keepalive(self, lease_id: int) -> int:
         """Refresh a lease once; returns its remaining TTL (0 = the lease is gone)."""
-        return await self._call(LEASE + b"LeaseKeepAlive", etcdpb.lease_request(lease_id),
-                                lambda reply: etcdpb.int_field(reply, 3), idempotent=True, first_of_stream=True)
+        reply = await self._call(LEASE + b"LeaseKeepAlive", LeaseKeepAliveRequest(ID=lease_id),
+                                 LeaseKeepAliveResponse, idempotent=True, first_of_stream=True)
+        return reply.TTL
 
     # -- maintenance -----------------------------------------------------------------
 
     async def status(self) -> None:
         """Ask the current member for its status: it answers, or this raises."""
-        await self._call(MAINTENANCE + b"Status", b"", etcdpb.reply_revision, idempotent=True)
+        await self._call(MAINTENANCE + b"Status", StatusRequest(), StatusResponse, idempotent=True)
 
     # -- watch -----------------------------------------------------------------------
 
@@ -256,8 +306,9 @@ class EtcdClient:
         """Stream watch responses; ends when the watch is canceled, raises when the stream breaks."""
         if self._grpc is None:
             raise RuntimeError("EtcdClient.start() was not awaited")
-        request = etcdpb.watch_create_request(key, range_end, start_revision=start_revision, prev_kv=prev_kv,
-                                              progress_notify=progress_notify)
+        request = WatchRequest(create_request=WatchCreateRequest(
+            key=key_bytes(key), range_end=range_end, start_revision=start_revision, prev_kv=prev_kv,
+            progress_notify=progress_notify)).SerializeToString()
         index = self._current
         endpoint = self._endpoints[index]
         try:
@@ -267,13 +318,15 @@ class EtcdClient:
             raise EtcdUnavailable(f"etcd watch failed: {type(e).__name__}: {e}".rstrip(": ")) from e
         try:
             while (message := await stream.next()) is not None:
-                resp = WatchResponse.decode(message)
+                resp = WatchResponse.FromString(message)
                 yield resp
                 if resp.canceled:
                     return
         except GrpcError as e:
             raise self._error(f"etcd watch error: {e.message}", e.code) from None
-        except etcdpb.DecodeError as e:
+        except ReplyTooLarge as e:
+            raise EtcdError(f"etcd's watch reply: {e}", GRPC_RESOURCE_EXHAUSTED) from None
+        except DecodeError as e:
             raise EtcdError(f"etcd's watch reply could not be decoded: {e}") from None
         except ConnectionError as e:
             self._move_past(index)  # the member may be gone: try another

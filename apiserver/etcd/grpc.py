@@ -21,6 +21,10 @@ This is the least of HTTP/2 these calls need, in an :class:`asyncio.Protocol`:
   a write may or may not have been applied.
 - A stream's window is given back as its reader takes messages: a reader that falls behind
   holds etcd back instead of buffering without bound.
+- A reply message larger than the connection's limit (``max_message``) fails its call with
+  :class:`ReplyTooLarge` as soon as its gRPC length prefix has arrived: the stream is reset,
+  so etcd stops sending it and nothing more of it is buffered, and the connection and its
+  other calls go on.
 - Frames written in one pass of the event loop leave in one socket write: the transactions of
   requests served together reach etcd together and share one raft batch and one fsync (half as
   many fsyncs per update under load).
@@ -54,6 +58,7 @@ MAX_WINDOW = 2**31 - 1
 STREAM_WINDOW = 4 * 1024 * 1024  # what a stream's reader may have unread before etcd must wait
 LAST_STREAM_ID = 2**31 - 1
 GRPC_UNKNOWN = 2
+MAX_MESSAGE = 2**31 - 1  # grpc-go's math.MaxInt32, the receive limit etcd's Go client gives its calls
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,15 @@ class GrpcError(Exception):
         super().__init__(f"gRPC status {code}: {message}")
         self.code = code
         self.message = message
+
+
+class ReplyTooLarge(Exception):
+    """A reply message is larger than the connection takes; its stream was reset, unread."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"a message of {size} bytes is larger than the {limit} bytes allowed")
+        self.size = size
+        self.limit = limit
 
 
 class NotSent(ConnectionError):
@@ -189,11 +203,15 @@ class _StreamCall(_Call):
         self.buffered = 0  # bytes of the messages the reader has yet to take
         self.unacknowledged = 0  # bytes received since the stream's window was last given back
 
-    def split(self) -> None:
-        """Move the complete messages received so far to ``messages``."""
-        data, offset = self.data, 0
+    def split(self, limit: int) -> int:
+        """Move the complete messages received so far to ``messages``; the size of the next one if
+        that is over ``limit`` (then it is not read), else 0."""
+        data, offset, too_large = self.data, 0, 0
         while len(data) - offset >= 5:
             size = int.from_bytes(data[offset + 1:offset + 5], "big")
+            if size > limit:
+                too_large = size
+                break
             if len(data) - offset - 5 < size:
                 break
             self.messages.append(bytes(data[offset + 5:offset + 5 + size]))
@@ -202,6 +220,7 @@ class _StreamCall(_Call):
         if offset:
             del data[:offset]
             self.wake()
+        return too_large
 
     def wake(self) -> None:
         waiter, self.waiter = self.waiter, None
@@ -212,10 +231,12 @@ class _StreamCall(_Call):
 class _Connection(asyncio.Protocol):
     """An HTTP/2 client connection that runs calls as concurrent streams."""
 
-    def __init__(self, endpoint: Endpoint, stream_window: int, keepalive: Keepalive) -> None:
+    def __init__(self, endpoint: Endpoint, stream_window: int, keepalive: Keepalive,
+                 max_message: int = MAX_MESSAGE) -> None:
         self.endpoint = endpoint
         self.stream_window = stream_window  # what each stream may receive before we give window back
         self.keepalive = keepalive
+        self.max_message = max_message  # the largest reply message taken
         self._loop = asyncio.get_running_loop()
         self.last_read = self._loop.time()  # loop time of the last bytes from etcd
         self._ping_sent = 0.0  # loop time of the keepalive PING awaiting an answer; 0 if none
@@ -376,10 +397,20 @@ class _Connection(asyncio.Protocol):
         call = self.calls.get(stream)
         if call is not None:
             call.data += payload
+            data = call.data
             if isinstance(call, _StreamCall):
                 call.unacknowledged += size
-                call.split()
+                if too_large := call.split(self.max_message):
+                    self.cancel(stream, ReplyTooLarge(too_large, self.max_message))
+                    return
                 self._acknowledge(stream, call)
+            elif len(data) >= 5:
+                # A unary reply's length as its prefix declares it, or what came if that is more (a
+                # second message, which _finish refuses): over the limit, the rest is not waited for.
+                length = max(int.from_bytes(data[1:5], "big"), len(data) - 5)
+                if length > self.max_message:
+                    self.cancel(stream, ReplyTooLarge(length, self.max_message))
+                    return
             if flags & END_STREAM:
                 self._finish(stream, call)
 
@@ -454,7 +485,7 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     async def call(self, method: bytes, message: bytes) -> bytes:
-        """One unary call; the reply message. Raises GrpcError, NotSent or CallBroken."""
+        """One unary call; the reply message. Raises GrpcError, NotSent, CallBroken or ReplyTooLarge."""
         call = _Call(asyncio.get_running_loop().create_future(), 0)
         await self._start(method, message, call, end_stream=True)
         return await call.reply
@@ -521,11 +552,12 @@ class _Connection(asyncio.Protocol):
             self._write(_frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", call.unacknowledged)))
             call.unacknowledged = 0
 
-    def cancel(self, stream: int) -> None:
-        """End a stream we no longer read (etcd drops what it was doing for it)."""
+    def cancel(self, stream: int, error: Exception | None = None) -> None:
+        """End a stream we no longer read (etcd drops what it was doing for it); its call fails with
+        ``error``."""
         if stream in self.calls:
             self._write(_frame(RST_STREAM, 0, stream, struct.pack(">I", CANCEL)))
-            self._end(stream, NotSent("cancelled"))
+            self._end(stream, error or NotSent("cancelled"))
 
     def close(self) -> None:
         self.closed = True
@@ -540,7 +572,8 @@ class ServerStream:
         self._conn, self._stream, self._call = conn, stream, call
 
     async def next(self) -> bytes | None:
-        """The next message; None when etcd ended the stream well. Raises GrpcError or CallBroken."""
+        """The next message; None when etcd ended the stream well. Raises GrpcError, CallBroken or
+        ReplyTooLarge."""
         return await self._conn.next_message(self._stream, self._call)
 
     def cancel(self) -> None:
@@ -555,10 +588,12 @@ class GrpcConnections:
     its stream's window (``STREAM_WINDOW``) without holding back the calls.
     """
 
-    def __init__(self, ssl_context: ssl.SSLContext | None, connect_timeout: float, keepalive: Keepalive) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None, connect_timeout: float, keepalive: Keepalive,
+                 max_message: int = MAX_MESSAGE) -> None:
         self.ssl_context = ssl_context
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
+        self.max_message = max_message
         self._connections: dict[tuple[Endpoint, bool], _Connection] = {}
         self._connecting: dict[tuple[Endpoint, bool], asyncio.Future[_Connection]] = {}
 
@@ -592,7 +627,8 @@ class GrpcConnections:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await asyncio.get_running_loop().create_connection(
-                    lambda: _Connection(endpoint, stream_window, self.keepalive), endpoint.host, endpoint.port,
+                    lambda: _Connection(endpoint, stream_window, self.keepalive, self.max_message),
+                    endpoint.host, endpoint.port,
                     ssl=self.ssl_context if endpoint.tls else None,
                     server_hostname=endpoint.host if endpoint.tls else None)
         except TimeoutError:
@@ -604,7 +640,8 @@ class GrpcConnections:
     async def call(self, endpoint: Endpoint, method: bytes, message: bytes, timeout: float,
                    first_of_stream: bool = False) -> bytes:
         """One unary call within ``timeout``, or the first reply of a streaming one (which is then
-        ended, as for a lease's keep-alive). Raises GrpcError, NotSent, CallBroken, TimeoutError."""
+        ended, as for a lease's keep-alive). Raises GrpcError, NotSent, CallBroken, ReplyTooLarge,
+        TimeoutError."""
         conn: _Connection | None = None
         try:
             async with asyncio.timeout(timeout):

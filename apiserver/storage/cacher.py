@@ -17,9 +17,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from apiserver.etcd.client import EtcdClient, EtcdCompacted, EtcdError, EtcdUnavailable, prefix_end
+from apiserver.etcd.client import Event as EtcdEvent
 from apiserver.storage.codec import decode_entry, from_etcd, with_rv
 from apiserver.storage.interface import (
     ADDED,
@@ -217,7 +217,7 @@ class WatchCache:
                     # etcd stamps each batch of a catch-up (1000 revisions at most) with its current
                     # revision: the cache is only as current as the last event it has applied.
                     # Event-less responses are progress notifications, sent once caught up.
-                    revision = resp.events[-1].kv.mod_revision if resp.events else resp.revision
+                    revision = resp.events[-1].kv.mod_revision if resp.events else resp.header.revision
                     await self._apply(revision, resp.events)
                 raise EtcdUnavailable("etcd closed the watch stream")
             except asyncio.CancelledError:
@@ -249,25 +249,25 @@ class WatchCache:
             self._index(entry)
         self._sorted = None
         self._history.clear()
-        self._history_start = result.revision
+        self._history_start = result.header.revision
         if had_state:
             for watcher in list(self._watchers):
                 watcher.close("the watch cache was re-initialized")
             self._forget_watchers()
-        await self._advance(result.revision)
+        await self._advance(result.header.revision)
         self._connected = True
         self._ready.set()
         log.info("watch cache for %s listed %d objects at revision %d",
-                 self.layout.resource, len(items), result.revision)
+                 self.layout.resource, len(items), result.header.revision)
 
-    async def _apply(self, revision: int, events: Iterable[Any]) -> None:
+    async def _apply(self, revision: int, events: Iterable[EtcdEvent]) -> None:
         for ev in events:
             if not self.layout.owns(ev.kv.key):
                 continue
             rv = ev.kv.mod_revision
             key = ev.kv.key.decode()
             prev = self._items.get(key)
-            if ev.type == "DELETE":
+            if ev.type == EtcdEvent.DELETE:
                 if prev is None:
                     continue
                 gone = Entry(prev.key, prev.namespace, prev.name, rv, with_rv(prev.obj, rv))

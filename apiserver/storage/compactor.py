@@ -55,4 +55,4 @@ class Compactor:
             except EtcdError as e:
                 if "compacted" not in e.message:
                     raise
-        return result.revision
+        return result.header.revision

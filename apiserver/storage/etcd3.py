@@ -68,7 +68,7 @@ class Store:
             raise from_etcd(e) from e
         if not result.succeeded:
             raise StorageError(StorageError.EXISTS, f"{key} already exists")
-        return with_rv(obj, result.revision)
+        return with_rv(obj, result.header.revision)
 
     async def guaranteed_update(self, namespace: str, name: str, update: UpdateFn,
                                 expected_rv: str | None = None, cached: Entry | None = None) -> tuple[Obj, Obj]:
@@ -112,7 +112,7 @@ class Store:
             except EtcdError as e:
                 raise from_etcd(e) from e
             if result.succeeded:
-                return current.obj, with_rv(new, result.revision)
+                return current.obj, with_rv(new, result.header.revision)
             if expected_rv is not None and not from_guess:
                 raise StorageError(StorageError.CONFLICT, f"{key}: resourceVersion {expected_rv} is not current")
         raise StorageError(StorageError.TOO_MANY_CONFLICTS, TOO_MANY_CONFLICTS)
@@ -129,7 +129,7 @@ class Store:
             except EtcdError as e:
                 raise from_etcd(e) from e
             if result.succeeded:
-                return with_rv(current.obj, result.revision)
+                return with_rv(current.obj, result.header.revision)
         raise StorageError(StorageError.TOO_MANY_CONFLICTS, TOO_MANY_CONFLICTS)
 
     async def list(self, namespace: str | None, opts: ListOptions) -> ListResult:
@@ -200,4 +200,4 @@ class Store:
             error.revision = revision
             raise error from e
         entries = [e for kv in result.kvs if (e := decode_entry(self.layout, kv)) is not None]
-        return entries, result.more, revision or result.revision
+        return entries, result.more, revision or result.header.revision

@@ -17,6 +17,7 @@ from apiserver.etcd.client import (
     EtcdClient,
     EtcdError,
     EtcdUnavailable,
+    Event,
     compare_absent,
     compare_value,
     op_delete,
@@ -60,7 +61,7 @@ class LeaderElector:
         result = await self.etcd.txn([compare_absent(self.key)],
                                      [op_put(self.key, self.identity.encode(), lease=lease)])
         if not result.succeeded:
-            self._held_at = result.revision
+            self._held_at = result.header.revision
             with contextlib.suppress(EtcdError):
                 await self.etcd.lease_revoke(lease)
             return False
@@ -73,7 +74,7 @@ class LeaderElector:
         async def deleted() -> None:
             async for resp in self.etcd.watch(self.key, start_revision=self._held_at + 1, prev_kv=False,
                                               progress_notify=False):
-                if any(ev.type == "DELETE" for ev in resp.events):
+                if any(ev.type == Event.DELETE for ev in resp.events):
                     return
             raise EtcdUnavailable("the watch of the leader key ended")
         with contextlib.suppress(TimeoutError):

@@ -22,6 +22,8 @@ from apiserver.etcd.client import (
     EtcdConfig,
     EtcdError,
     EtcdUnavailable,
+    StatusRequest,
+    StatusResponse,
     compare_absent,
     compare_mod_revision,
     op_put,
@@ -165,6 +167,33 @@ async def test_a_range_larger_than_one_frame_arrives_whole(plain: Etcd) -> None:
         assert (result.count, result.more) == (300, False)
 
 
+async def test_a_reply_over_the_maximum_fails_its_call_and_the_connection_serves_the_next(plain: Etcd) -> None:
+    """300 values of 1 KiB against a 64 KiB maximum: the range, and a watch replaying them, fail
+    as soon as the reply's length is known; the stream is reset and its connection carries on."""
+    async for c in _client(EtcdConfig([plain.url], max_reply_bytes=64 * 1024)):
+        first = await c.put("/client/bounded/start", b"")
+        for i in range(300):
+            await c.put(f"/client/bounded/{i:03}", b"x" * 1024)
+        assert c._grpc is not None
+        (calls,) = c._grpc._connections.values()
+        with pytest.raises(EtcdError, match=r"^etcd's range reply: a message of 3\d{5} bytes is larger than the "
+                                            r"65536 bytes allowed$") as too_large:
+            await c.range("/client/bounded/", prefix_end("/client/bounded/"))
+        assert too_large.value.code == 8  # RESOURCE_EXHAUSTED, as grpc-go's client says it
+        result = await c.range("/client/bounded/", prefix_end("/client/bounded/"), limit=10)
+        assert (len(result.kvs), result.more, result.count) == (10, True, 301)
+        watch = c.watch("/client/bounded/", prefix_end("/client/bounded/"), start_revision=first)
+        assert (await anext(watch)).created
+        with pytest.raises(EtcdError, match="^etcd's watch reply: a message of .* larger than the 65536 bytes"):
+            await anext(watch)
+        streams = c._grpc._connections[(c._endpoints[0], True)]
+        watch = c.watch("/client/bounded/", prefix_end("/client/bounded/"))
+        assert (await anext(watch)).created
+        await watch.aclose()
+        assert c._grpc._connections == {(c._endpoints[0], False): calls, (c._endpoints[0], True): streams}
+        assert not calls.closed and not streams.closed and _connections_to(plain.url) == 2
+
+
 async def test_a_value_larger_than_the_send_window_is_written_whole(plain: Etcd) -> None:
     """1.4 MiB, under etcd's 1.5 MiB request limit but over the window it grants a stream (< 1 MiB)."""
     value = bytes(range(256)) * (1400 * 4)
@@ -178,11 +207,11 @@ async def test_transactions_apply_only_when_their_compares_hold(plain: Etcd) -> 
     async for c in _client(EtcdConfig([plain.url])):
         created = await c.txn([compare_absent("/client/txn")], [op_put("/client/txn", b"1")])
         again = await c.txn([compare_absent("/client/txn")], [op_put("/client/txn", b"2")])
-        stale = await c.txn([compare_mod_revision("/client/txn", created.revision - 1)], [op_put("/client/txn", b"3")])
-        updated = await c.txn([compare_mod_revision("/client/txn", created.revision)], [op_put("/client/txn", b"4")])
+        stale = await c.txn([compare_mod_revision("/client/txn", created.header.revision - 1)], [op_put("/client/txn", b"3")])
+        updated = await c.txn([compare_mod_revision("/client/txn", created.header.revision)], [op_put("/client/txn", b"4")])
         assert (created.succeeded, again.succeeded, stale.succeeded, updated.succeeded) == (True, False, False, True)
         kv = await c.get("/client/txn")
-        assert kv is not None and (kv.value, kv.mod_revision, kv.version) == (b"4", updated.revision, 2)
+        assert kv is not None and (kv.value, kv.mod_revision, kv.version) == (b"4", updated.header.revision, 2)
 
 
 async def test_a_lease_kept_alive_holds_its_key_until_revoked(plain: Etcd) -> None:
@@ -203,7 +232,7 @@ async def test_etcds_refusals_carry_its_grpc_status_and_message(plain: Etcd) -> 
             await c.put("/client/huge", b"x" * (2 * 1024 * 1024))
         assert too_large.value.code == 8  # RESOURCE_EXHAUSTED
         with pytest.raises(EtcdError, match="unknown method NoSuchMethod for service etcdserverpb.KV") as unknown:
-            await c._call(b"/etcdserverpb.KV/NoSuchMethod", b"", bytes, idempotent=True)
+            await c._call(b"/etcdserverpb.KV/NoSuchMethod", StatusRequest(), StatusResponse, idempotent=True)
         assert unknown.value.code == 12  # UNIMPLEMENTED
         first = await c.put("/client/compacted", b"1")
         latest = await c.put("/client/compacted", b"2")
@@ -319,7 +348,7 @@ async def test_etcd_with_mutual_tls_serves_a_client_with_its_certificate(tls: tu
     async for c in _client(mutual_tls(tls)):
         written = await c.put("/client/tls", b"x")
         result = await c.range("/client/", prefix_end("/client/"))
-        assert [(kv.key, kv.value) for kv in result.kvs] == [(b"/client/tls", b"x")] and result.revision == written
+        assert [(kv.key, kv.value) for kv in result.kvs] == [(b"/client/tls", b"x")] and result.header.revision == written
 
 
 async def test_etcd_with_mutual_tls_refuses_a_client_without_a_certificate(tls: tuple[str, Path]) -> None:
