@@ -57,6 +57,7 @@ REFUSED_STREAM, CANCEL = 0x7, 0x8
 MAX_WINDOW = 2**31 - 1
 STREAM_WINDOW = 4 * 1024 * 1024  # what a stream's reader may have unread before etcd must wait
 LAST_STREAM_ID = 2**31 - 1
+PROBE_INTERVAL = 10.0  # seconds between PINGs sent because a call timed out (etcd's ping policy allows 5 s)
 GRPC_UNKNOWN = 2
 MAX_MESSAGE = 2**31 - 1  # grpc-go's math.MaxInt32, the receive limit etcd's Go client gives its calls
 
@@ -240,6 +241,7 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.last_read = self._loop.time()  # loop time of the last bytes from etcd
         self._ping_sent = 0.0  # loop time of the keepalive PING awaiting an answer; 0 if none
+        self._last_probe = -PROBE_INTERVAL  # loop time of the last PING sent because a call was given up
         self._timer: asyncio.TimerHandle | None = None
         self._outgoing: list[bytes] = []  # frames written since the loop last flushed them
         self.transport: asyncio.Transport | None = None
@@ -322,6 +324,20 @@ class _Connection(asyncio.Protocol):
             self._write(_frame(PING, 0, 0, b"keepaliv"))  # 8 opaque bytes, echoed in the ACK
             self._ping_sent = now
             self._timer = loop.call_later(keepalive.timeout, self._keep_alive)
+
+    def probe(self) -> None:
+        """PING now rather than after ``time`` of silence (a call was given up: is the member still
+        there?), at most once per PROBE_INTERVAL, which etcd's ping policy allows; no answer within
+        ``timeout`` ends the connection as the keepalive timer does."""
+        now = self._loop.time()
+        if self._ping_sent or now - self._last_probe < PROBE_INTERVAL or self.transport is None \
+                or self.transport.is_closing():
+            return
+        self._last_probe = self._ping_sent = now
+        self._write(_frame(PING, 0, 0, b"keepaliv"))
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(self.keepalive.timeout, self._keep_alive)
 
     # -- frames ----------------------------------------------------------------------------
 
@@ -485,10 +501,25 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     async def call(self, method: bytes, message: bytes) -> bytes:
-        """One unary call; the reply message. Raises GrpcError, NotSent, CallBroken or ReplyTooLarge."""
+        """One unary call; the reply message. Raises GrpcError, NotSent, CallBroken or ReplyTooLarge.
+
+        A caller that gives up (its deadline passed) resets this call's stream alone: the calls
+        beside it on the connection carry on, and whether the member is alive is keepalive's to say."""
         call = _Call(asyncio.get_running_loop().create_future(), 0)
-        await self._start(method, message, call, end_stream=True)
-        return await call.reply
+        try:
+            await self._start(method, message, call, end_stream=True)
+            return await call.reply
+        except asyncio.CancelledError:
+            self._abandon(call)
+            raise
+
+    def _abandon(self, call: _Call) -> None:
+        stream = next((sid for sid, c in self.calls.items() if c is call), None)
+        if stream is not None:
+            self.cancel(stream)
+            self.probe()
+        if call.reply.done() and not call.reply.cancelled():
+            call.reply.exception()  # nobody waits for it any more
 
     async def open_stream(self, method: bytes, message: bytes) -> tuple[int, _StreamCall]:
         """A call whose reply is a stream of messages, after one request message: (stream id, call)."""
@@ -641,24 +672,18 @@ class GrpcConnections:
                    first_of_stream: bool = False) -> bytes:
         """One unary call within ``timeout``, or the first reply of a streaming one (which is then
         ended, as for a lease's keep-alive). Raises GrpcError, NotSent, CallBroken, ReplyTooLarge,
-        TimeoutError."""
-        conn: _Connection | None = None
-        try:
-            async with asyncio.timeout(timeout):
-                conn = await self._connection(endpoint)
-                try:
-                    return await self._call_on(conn, method, message, first_of_stream)
-                except NotSent:
-                    if not conn.closed:
-                        raise
-                # The connection closed before etcd took the call (it went away, or its stream ids ran
-                # out): once more, on a new one.
-                conn = await self._connection(endpoint)
+        TimeoutError. A call that times out has its stream reset; the connection carries on."""
+        async with asyncio.timeout(timeout):
+            conn = await self._connection(endpoint)
+            try:
                 return await self._call_on(conn, method, message, first_of_stream)
-        except TimeoutError:
-            if conn is not None:
-                conn.close()  # a member that stopped answering: the next call connects afresh
-            raise
+            except NotSent:
+                if not conn.closed:
+                    raise
+            # The connection closed before etcd took the call (it went away, or its stream ids ran
+            # out): once more, on a new one.
+            conn = await self._connection(endpoint)
+            return await self._call_on(conn, method, message, first_of_stream)
 
     @staticmethod
     async def _call_on(conn: _Connection, method: bytes, message: bytes, first_of_stream: bool) -> bytes:

@@ -22,6 +22,7 @@ from apiserver.etcd.client import (
     EtcdConfig,
     EtcdError,
     EtcdUnavailable,
+    RangeRequest,
     StatusRequest,
     StatusResponse,
     compare_absent,
@@ -382,3 +383,24 @@ async def test_a_revision_read_reconnects_after_the_member_restarts(member: Etcd
             await c.current_revision("/client/")
         member.start()
         assert await c.current_revision("/client/") == written
+
+
+async def test_a_call_that_times_out_is_reset_alone_and_the_calls_beside_it_on_its_connection_succeed(
+        plain: Etcd) -> None:
+    """A range of ~8 MiB given 5 ms, beside 32 puts on the same connection: the range's stream is
+    reset (RST_STREAM), every put is answered, and the connection serves the next call."""
+    async for c in _client(EtcdConfig([plain.url])):
+        for i in range(80):
+            await c.put(f"/client/slow/{i:03}", b"s" * 100_000)
+        assert c._grpc is not None
+        (connection,) = c._grpc._connections.values()
+        request = RangeRequest(key=b"/client/slow/", range_end=prefix_end("/client/slow/")).SerializeToString()
+        slow = c._grpc.call(c._endpoints[0], b"/etcdserverpb.KV/Range", request, timeout=0.005)
+        results = await asyncio.gather(slow, *(c.put(f"/client/beside/{i}", b"v") for i in range(32)),
+                                       return_exceptions=True)
+        assert isinstance(results[0], TimeoutError)
+        assert all(isinstance(r, int) and r > 0 for r in results[1:]), results[1:]
+        assert c._grpc._connections == {(c._endpoints[0], False): connection} and not connection.closed
+        assert not connection.calls  # the reset stream is forgotten
+        assert (await c.range("/client/beside/", prefix_end("/client/beside/"))).count == 32
+        assert _connections_to(plain.url) == 1
