@@ -1,4 +1,6 @@
 from . import kv_pb2 as _kv_pb2
+from . import auth_pb2 as _auth_pb2
+from . import version_pb2 as _version_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -7,6 +9,15 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class AlarmType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NONE: _ClassVar[AlarmType]
+    NOSPACE: _ClassVar[AlarmType]
+    CORRUPT: _ClassVar[AlarmType]
+NONE: AlarmType
+NOSPACE: AlarmType
+CORRUPT: AlarmType
 
 class ResponseHeader(_message.Message):
     __slots__ = ("cluster_id", "member_id", "revision", "raft_term")
@@ -228,6 +239,52 @@ class CompactionResponse(_message.Message):
     header: ResponseHeader
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
 
+class HashRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HashKVRequest(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class HashKVResponse(_message.Message):
+    __slots__ = ("header", "hash", "compact_revision", "hash_revision")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    HASH_REVISION_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    hash: int
+    compact_revision: int
+    hash_revision: int
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., hash: _Optional[int] = ..., compact_revision: _Optional[int] = ..., hash_revision: _Optional[int] = ...) -> None: ...
+
+class HashResponse(_message.Message):
+    __slots__ = ("header", "hash")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    hash: int
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., hash: _Optional[int] = ...) -> None: ...
+
+class SnapshotRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SnapshotResponse(_message.Message):
+    __slots__ = ("header", "remaining_bytes", "blob", "version")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BLOB_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    remaining_bytes: int
+    blob: bytes
+    version: str
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., remaining_bytes: _Optional[int] = ..., blob: _Optional[bytes] = ..., version: _Optional[str] = ...) -> None: ...
+
 class WatchRequest(_message.Message):
     __slots__ = ("create_request", "cancel_request", "progress_request")
     CREATE_REQUEST_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +383,26 @@ class LeaseRevokeResponse(_message.Message):
     header: ResponseHeader
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
 
+class LeaseCheckpoint(_message.Message):
+    __slots__ = ("ID", "remaining_TTL")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_TTL_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    remaining_TTL: int
+    def __init__(self, ID: _Optional[int] = ..., remaining_TTL: _Optional[int] = ...) -> None: ...
+
+class LeaseCheckpointRequest(_message.Message):
+    __slots__ = ("checkpoints",)
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[LeaseCheckpoint]
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[LeaseCheckpoint, _Mapping]]] = ...) -> None: ...
+
+class LeaseCheckpointResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
 class LeaseKeepAliveRequest(_message.Message):
     __slots__ = ("ID",)
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -341,6 +418,222 @@ class LeaseKeepAliveResponse(_message.Message):
     ID: int
     TTL: int
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., ID: _Optional[int] = ..., TTL: _Optional[int] = ...) -> None: ...
+
+class LeaseTimeToLiveRequest(_message.Message):
+    __slots__ = ("ID", "keys")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    keys: bool
+    def __init__(self, ID: _Optional[int] = ..., keys: _Optional[bool] = ...) -> None: ...
+
+class LeaseTimeToLiveResponse(_message.Message):
+    __slots__ = ("header", "ID", "TTL", "grantedTTL", "keys")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    GRANTEDTTL_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    ID: int
+    TTL: int
+    grantedTTL: int
+    keys: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., ID: _Optional[int] = ..., TTL: _Optional[int] = ..., grantedTTL: _Optional[int] = ..., keys: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class LeaseLeasesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LeaseStatus(_message.Message):
+    __slots__ = ("ID",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    def __init__(self, ID: _Optional[int] = ...) -> None: ...
+
+class LeaseLeasesResponse(_message.Message):
+    __slots__ = ("header", "leases")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseStatus]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., leases: _Optional[_Iterable[_Union[LeaseStatus, _Mapping]]] = ...) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("ID", "name", "peerURLs", "clientURLs", "isLearner")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PEERURLS_FIELD_NUMBER: _ClassVar[int]
+    CLIENTURLS_FIELD_NUMBER: _ClassVar[int]
+    ISLEARNER_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    name: str
+    peerURLs: _containers.RepeatedScalarFieldContainer[str]
+    clientURLs: _containers.RepeatedScalarFieldContainer[str]
+    isLearner: bool
+    def __init__(self, ID: _Optional[int] = ..., name: _Optional[str] = ..., peerURLs: _Optional[_Iterable[str]] = ..., clientURLs: _Optional[_Iterable[str]] = ..., isLearner: _Optional[bool] = ...) -> None: ...
+
+class MemberAddRequest(_message.Message):
+    __slots__ = ("peerURLs", "isLearner")
+    PEERURLS_FIELD_NUMBER: _ClassVar[int]
+    ISLEARNER_FIELD_NUMBER: _ClassVar[int]
+    peerURLs: _containers.RepeatedScalarFieldContainer[str]
+    isLearner: bool
+    def __init__(self, peerURLs: _Optional[_Iterable[str]] = ..., isLearner: _Optional[bool] = ...) -> None: ...
+
+class MemberAddResponse(_message.Message):
+    __slots__ = ("header", "member", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    member: Member
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., member: _Optional[_Union[Member, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class MemberRemoveRequest(_message.Message):
+    __slots__ = ("ID",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    def __init__(self, ID: _Optional[int] = ...) -> None: ...
+
+class MemberRemoveResponse(_message.Message):
+    __slots__ = ("header", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class MemberUpdateRequest(_message.Message):
+    __slots__ = ("ID", "peerURLs")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PEERURLS_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    peerURLs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ID: _Optional[int] = ..., peerURLs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MemberUpdateResponse(_message.Message):
+    __slots__ = ("header", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class MemberListRequest(_message.Message):
+    __slots__ = ("linearizable",)
+    LINEARIZABLE_FIELD_NUMBER: _ClassVar[int]
+    linearizable: bool
+    def __init__(self, linearizable: _Optional[bool] = ...) -> None: ...
+
+class MemberListResponse(_message.Message):
+    __slots__ = ("header", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class MemberPromoteRequest(_message.Message):
+    __slots__ = ("ID",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ID: int
+    def __init__(self, ID: _Optional[int] = ...) -> None: ...
+
+class MemberPromoteResponse(_message.Message):
+    __slots__ = ("header", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class DefragmentRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DefragmentResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class MoveLeaderRequest(_message.Message):
+    __slots__ = ("targetID",)
+    TARGETID_FIELD_NUMBER: _ClassVar[int]
+    targetID: int
+    def __init__(self, targetID: _Optional[int] = ...) -> None: ...
+
+class MoveLeaderResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AlarmRequest(_message.Message):
+    __slots__ = ("action", "memberID", "alarm")
+    class AlarmAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        GET: _ClassVar[AlarmRequest.AlarmAction]
+        ACTIVATE: _ClassVar[AlarmRequest.AlarmAction]
+        DEACTIVATE: _ClassVar[AlarmRequest.AlarmAction]
+    GET: AlarmRequest.AlarmAction
+    ACTIVATE: AlarmRequest.AlarmAction
+    DEACTIVATE: AlarmRequest.AlarmAction
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERID_FIELD_NUMBER: _ClassVar[int]
+    ALARM_FIELD_NUMBER: _ClassVar[int]
+    action: AlarmRequest.AlarmAction
+    memberID: int
+    alarm: AlarmType
+    def __init__(self, action: _Optional[_Union[AlarmRequest.AlarmAction, str]] = ..., memberID: _Optional[int] = ..., alarm: _Optional[_Union[AlarmType, str]] = ...) -> None: ...
+
+class AlarmMember(_message.Message):
+    __slots__ = ("memberID", "alarm")
+    MEMBERID_FIELD_NUMBER: _ClassVar[int]
+    ALARM_FIELD_NUMBER: _ClassVar[int]
+    memberID: int
+    alarm: AlarmType
+    def __init__(self, memberID: _Optional[int] = ..., alarm: _Optional[_Union[AlarmType, str]] = ...) -> None: ...
+
+class AlarmResponse(_message.Message):
+    __slots__ = ("header", "alarms")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ALARMS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    alarms: _containers.RepeatedCompositeFieldContainer[AlarmMember]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., alarms: _Optional[_Iterable[_Union[AlarmMember, _Mapping]]] = ...) -> None: ...
+
+class DowngradeRequest(_message.Message):
+    __slots__ = ("action", "version")
+    class DowngradeAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        VALIDATE: _ClassVar[DowngradeRequest.DowngradeAction]
+        ENABLE: _ClassVar[DowngradeRequest.DowngradeAction]
+        CANCEL: _ClassVar[DowngradeRequest.DowngradeAction]
+    VALIDATE: DowngradeRequest.DowngradeAction
+    ENABLE: DowngradeRequest.DowngradeAction
+    CANCEL: DowngradeRequest.DowngradeAction
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    action: DowngradeRequest.DowngradeAction
+    version: str
+    def __init__(self, action: _Optional[_Union[DowngradeRequest.DowngradeAction, str]] = ..., version: _Optional[str] = ...) -> None: ...
+
+class DowngradeResponse(_message.Message):
+    __slots__ = ("header", "version")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    version: str
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., version: _Optional[str] = ...) -> None: ...
+
+class DowngradeVersionTestRequest(_message.Message):
+    __slots__ = ("ver",)
+    VER_FIELD_NUMBER: _ClassVar[int]
+    ver: str
+    def __init__(self, ver: _Optional[str] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()
@@ -383,3 +676,233 @@ class DowngradeInfo(_message.Message):
     enabled: bool
     targetVersion: str
     def __init__(self, enabled: _Optional[bool] = ..., targetVersion: _Optional[str] = ...) -> None: ...
+
+class AuthEnableRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AuthDisableRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AuthStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AuthenticateRequest(_message.Message):
+    __slots__ = ("name", "password")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    password: str
+    def __init__(self, name: _Optional[str] = ..., password: _Optional[str] = ...) -> None: ...
+
+class AuthUserAddRequest(_message.Message):
+    __slots__ = ("name", "password", "options", "hashedPassword")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    HASHEDPASSWORD_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    password: str
+    options: _auth_pb2.UserAddOptions
+    hashedPassword: str
+    def __init__(self, name: _Optional[str] = ..., password: _Optional[str] = ..., options: _Optional[_Union[_auth_pb2.UserAddOptions, _Mapping]] = ..., hashedPassword: _Optional[str] = ...) -> None: ...
+
+class AuthUserGetRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class AuthUserDeleteRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class AuthUserChangePasswordRequest(_message.Message):
+    __slots__ = ("name", "password", "hashedPassword")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    HASHEDPASSWORD_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    password: str
+    hashedPassword: str
+    def __init__(self, name: _Optional[str] = ..., password: _Optional[str] = ..., hashedPassword: _Optional[str] = ...) -> None: ...
+
+class AuthUserGrantRoleRequest(_message.Message):
+    __slots__ = ("user", "role")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    role: str
+    def __init__(self, user: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+
+class AuthUserRevokeRoleRequest(_message.Message):
+    __slots__ = ("name", "role")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+
+class AuthRoleAddRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class AuthRoleGetRequest(_message.Message):
+    __slots__ = ("role",)
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    def __init__(self, role: _Optional[str] = ...) -> None: ...
+
+class AuthUserListRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AuthRoleListRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AuthRoleDeleteRequest(_message.Message):
+    __slots__ = ("role",)
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    def __init__(self, role: _Optional[str] = ...) -> None: ...
+
+class AuthRoleGrantPermissionRequest(_message.Message):
+    __slots__ = ("name", "perm")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    perm: _auth_pb2.Permission
+    def __init__(self, name: _Optional[str] = ..., perm: _Optional[_Union[_auth_pb2.Permission, _Mapping]] = ...) -> None: ...
+
+class AuthRoleRevokePermissionRequest(_message.Message):
+    __slots__ = ("role", "key", "range_end")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    key: bytes
+    range_end: bytes
+    def __init__(self, role: _Optional[str] = ..., key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ...) -> None: ...
+
+class AuthEnableResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthDisableResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthStatusResponse(_message.Message):
+    __slots__ = ("header", "enabled", "authRevision")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    AUTHREVISION_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    enabled: bool
+    authRevision: int
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., enabled: _Optional[bool] = ..., authRevision: _Optional[int] = ...) -> None: ...
+
+class AuthenticateResponse(_message.Message):
+    __slots__ = ("header", "token")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    token: str
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class AuthUserAddResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthUserGetResponse(_message.Message):
+    __slots__ = ("header", "roles")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AuthUserDeleteResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthUserChangePasswordResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthUserGrantRoleResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthUserRevokeRoleResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthRoleAddResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthRoleGetResponse(_message.Message):
+    __slots__ = ("header", "perm")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    perm: _containers.RepeatedCompositeFieldContainer[_auth_pb2.Permission]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., perm: _Optional[_Iterable[_Union[_auth_pb2.Permission, _Mapping]]] = ...) -> None: ...
+
+class AuthRoleListResponse(_message.Message):
+    __slots__ = ("header", "roles")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AuthUserListResponse(_message.Message):
+    __slots__ = ("header", "users")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    users: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., users: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AuthRoleDeleteResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthRoleGrantPermissionResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
+
+class AuthRoleRevokePermissionResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ...) -> None: ...
