@@ -12,8 +12,8 @@ import socket
 from typing import Any
 
 from apiserver.apis.resource import VIRTUALCLUSTERS
-from apiserver.endpoints.negotiation import now_rfc3339
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from apiserver.machinery.timestamps import now_rfc3339
 
 log = logging.getLogger(__name__)
 

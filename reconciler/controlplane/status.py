@@ -6,11 +6,11 @@ from typing import Any
 
 import orjson
 
-from apiserver.endpoints.negotiation import now_rfc3339
-from apiserver.endpoints.patch import MERGE_PATCH
+from apiserver.machinery.timestamps import now_rfc3339
 from apiserver.registry.store import Registry, WriteOptions
 
 Obj = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"  # RFC 7386, the patch type the registry takes by media type
 
 
 def set_condition(conditions: list[Obj], type_: str, status: str, reason: str, message: str,

@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from apiserver.endpoints.negotiation import now_rfc3339
 from apiserver.machinery import errors
+from apiserver.machinery.timestamps import now_rfc3339
 from reconciler.nodeagent import protocol
 from reconciler.nodeagent.files import (
     PRIVATE,

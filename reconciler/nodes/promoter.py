@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from apiserver.endpoints.negotiation import now_rfc3339
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
+from apiserver.machinery.timestamps import now_rfc3339
 from reconciler.nodes import selection
 from reconciler.nodes.selection import (
     CLAIM_ANNOTATION,
