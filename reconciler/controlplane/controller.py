@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
+from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER
 from apiserver.kubeclient.client import HostError, HostUnavailable
 from apiserver.kubeclient.events import EventRecorder
@@ -23,7 +24,7 @@ from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 from reconciler.controlplane import status
-from reconciler.controlplane.status import Observed, Outcome, get_condition, patch_object, write_status
+from reconciler.controlplane.status import Observed, Outcome, patch_object, write_status
 from reconciler.controlplane.tenant import admin_client, bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.nodes.selection import requests_nodes
@@ -107,7 +108,7 @@ class ControlPlaneController:
 
     async def _observe(self, obj: Obj, runtime: ControlPlaneRuntime, secrets: SecretStore) -> Observed:
         """Build, adopt or repair the control plane, then its nodes; what was found, for the status."""
-        cp_ready = get_condition(obj, "ControlPlaneReady")
+        cp_ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
         try:
             pki = await self._pki(obj, runtime, secrets)
             state = await runtime.ensure(obj, pki)

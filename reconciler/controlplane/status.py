@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from apiserver.machinery.timestamps import now_rfc3339
+from apiserver.apis.conditions import find_condition, set_condition
 from apiserver.registry.store import Registry, WriteOptions
 from reconciler.nodes.promoter import NodeReport
 from reconciler.nodes.selection import requests_nodes
@@ -35,30 +35,6 @@ POLL = 0.25  # seconds between readiness checks while a control plane starts
 HEALTH_CHECK = 5.0  # seconds between checks of a ready control plane
 NODE_POLL = 1.0  # seconds between passes while nodes join
 RUNTIME_RETRY = 10.0  # seconds before a runtime failure is tried again
-
-
-def set_condition(conditions: list[Obj], type_: str, status: str, reason: str, message: str,
-                  generation: int, now: str | None = None) -> list[Obj]:
-    """Upsert a condition; lastTransitionTime only moves when the status changes."""
-    now = now or now_rfc3339()
-    out = []
-    found = False
-    for cond in conditions:
-        if cond.get("type") == type_:
-            found = True
-            changed = cond.get("status") != status
-            cond = {**cond, "status": status, "reason": reason, "message": message,
-                    "observedGeneration": generation,
-                    "lastTransitionTime": now if changed else cond.get("lastTransitionTime", now)}
-        out.append(cond)
-    if not found:
-        out.append({"type": type_, "status": status, "reason": reason, "message": message,
-                    "observedGeneration": generation, "lastTransitionTime": now})
-    return out
-
-
-def get_condition(obj: Obj, type_: str) -> Obj | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
 
 
 # -- computing the next status (pure) ------------------------------------------------------
@@ -152,7 +128,7 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
     """The status after a build pass of ``runtime`` (no node report while the spec asks for nodes:
     no node joiner is configured)."""
     status = NextStatus(obj, now)
-    cp_ready = get_condition(obj, "ControlPlaneReady")
+    cp_ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
     if cp_ready is None or cp_ready.get("status") != "True":
         status.phase("Preparing", "BuildingControlPlane", f"building the control plane ({runtime} runtime)")
     if seen.failure is not None:
