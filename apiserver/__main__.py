@@ -34,7 +34,7 @@ from apiserver.auth.delegated import (
 from apiserver.etcd.client import EtcdClient, EtcdConfig
 from apiserver.kubeclient.client import KubeClient, in_cluster, running_in_cluster
 from apiserver.registry.admission import NamespaceLifecycle
-from apiserver.server.app import SHUTDOWN_TIMEOUT, STATE, ServerState, build_app, version_info
+from apiserver.server.app import SHUTDOWN_TIMEOUT, ServerState, build_app, version_info
 from apiserver.server.metrics import Metrics
 from apiserver.storage.compactor import Compactor
 from apiserver.storage.secrets import SecretStore, load_key_file
@@ -229,7 +229,7 @@ def ephemeral_port_range() -> tuple[int, int] | None:
         return None
 
 
-def build_joiner(args: argparse.Namespace, state: ServerState) -> NodeJoiner | None:
+def build_joiner(args: argparse.Namespace, host: KubeClient | None, secrets: SecretStore | None) -> NodeJoiner | None:
     """The agent joiner when asked for; None leaves the default (kwok beside the process runtime)."""
     if args.node_joiner != "agent":
         return None
@@ -239,9 +239,9 @@ def build_joiner(args: argparse.Namespace, state: ServerState) -> NodeJoiner | N
     if not all(files):
         raise SystemExit("--node-joiner=agent needs --node-agent-ca-file, --node-agent-client-cert-file and "
                          "--node-agent-client-key-file")
-    if state.host is None or state.secrets is None:
+    if host is None or secrets is None:
         raise SystemExit("--node-joiner=agent needs a host cluster and a control-plane runtime")
-    return AgentJoiner(state.host, state.secrets, AgentAccess.from_files(*files, port=args.node_agent_port))
+    return AgentJoiner(host, secrets, AgentAccess.from_files(*files, port=args.node_agent_port))
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -259,8 +259,10 @@ async def serve(args: argparse.Namespace) -> None:
         app.on_cleanup.append(lambda _app, c=client: c.close())
     if args.enable_reconciler == "true":
         from reconciler.manager import attach  # the embedded loop is optional; import it only when used
-        attach(app, app[STATE], build_runtime(args, security.host), lease_duration=args.leader_elect_lease_duration,
-               identity=args.identity, workers=args.concurrent_reconciles, joiner=build_joiner(args, app[STATE]))
+        attach(app, registry=state.registry, cache=state.cache, etcd=state.etcd, host=state.host,
+               events=state.events, secrets=state.secrets, runtime=build_runtime(args, security.host),
+               lease_duration=args.leader_elect_lease_duration, identity=args.identity,
+               workers=args.concurrent_reconciles, joiner=build_joiner(args, state.host, state.secrets))
     # Go's servers read up to 1 MiB of request line and headers; aiohttp's 8 KiB defaults would
     # refuse long label selectors and bearer tokens with a plain-text 400 instead of a Status.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, max_line_size=1 << 20,

@@ -10,9 +10,13 @@ import socket
 
 from aiohttp import web
 
-from apiserver.kubeclient.client import HostError, HostUnavailable
+from apiserver.etcd.client import EtcdClient
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
-from apiserver.server.app import ServerState
+from apiserver.registry.store import Registry
+from apiserver.storage.cacher import WatchCache
+from apiserver.storage.secrets import SecretStore
 from reconciler.controlplane.controller import Backoff, ControlPlaneController, Requeue
 from reconciler.loop.informer import Informer, split_key
 from reconciler.loop.leader import LeaderElector
@@ -29,19 +33,26 @@ MAX_BACKOFF = 10.0  # seconds: the longest a failing reconcile waits, so an outa
 
 
 class Manager:
-    def __init__(self, state: ServerState, identity: str, lease_duration: int, runtime: ControlPlaneRuntime | None,
-                 workers: int = 4, resync_period: float = 60.0, joiner: NodeJoiner | None = None) -> None:
-        self.state = state
+    """The loop and what it works with, each handed in: the registry it reads and writes
+    VirtualClusters through, the watch cache its informer follows, etcd for the leader lease, the
+    host cluster (None in standalone mode), the event recorder and the tenant secret store."""
+
+    def __init__(self, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
+                 events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
+                 identity: str, lease_duration: int, workers: int = 4, resync_period: float = 60.0,
+                 joiner: NodeJoiner | None = None) -> None:
+        self.registry = registry
+        self.cache = cache
         self.workers = workers
         self.resync_period = resync_period
         self.runtime = runtime
         self.nodes = None
         if joiner is None and isinstance(runtime, ProcessRuntime):
             joiner = KwokJoiner(runtime)  # the playground's and the tests' default
-        if state.host is not None and joiner is not None:
-            self.nodes = NodePromoter(state.host, joiner, state.events)
-        self.controller = ControlPlaneController(state.registry, runtime, state.secrets, state.events, self.nodes)
-        self.elector = LeaderElector(state.etcd, "reconciler", identity, lease_duration)
+        if host is not None and joiner is not None:
+            self.nodes = NodePromoter(host, joiner, events)
+        self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes)
+        self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -57,7 +68,7 @@ class Manager:
     async def _lead(self) -> None:
         """Run while leader; cancelled the moment leadership is lost."""
         queue = WorkQueue(max_delay=MAX_BACKOFF)
-        informer = Informer(self.state.cache, queue.add, self.resync_period)
+        informer = Informer(self.cache, queue.add, self.resync_period)
         tasks = [asyncio.create_task(informer.run(), name="informer")]
         tasks.append(asyncio.create_task(self._janitor(), name="janitor"))
         tasks += [asyncio.create_task(self._worker(queue), name=f"worker-{i}") for i in range(self.workers)]
@@ -71,7 +82,7 @@ class Manager:
 
     async def _exists(self, namespace: str, name: str) -> bool:
         try:
-            await self.state.registry.get(namespace, name)
+            await self.registry.get(namespace, name)
             return True
         except errors.ApiError as e:
             if e.code == 404:
@@ -123,10 +134,14 @@ class Manager:
                 queue.done(key)
 
 
-def attach(app: web.Application, state: ServerState, runtime: ControlPlaneRuntime | None, lease_duration: int = 15,
-           identity: str = "", workers: int = 4, joiner: NodeJoiner | None = None) -> Manager:
-    manager = Manager(state, identity or f"{socket.gethostname()}:{os.getpid()}", lease_duration, runtime, workers,
-                      joiner=joiner)
+def attach(app: web.Application, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
+           events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
+           lease_duration: int = 15, identity: str = "", workers: int = 4,
+           joiner: NodeJoiner | None = None) -> Manager:
+    """A manager that starts with the application and stops first when it shuts down."""
+    manager = Manager(registry=registry, cache=cache, etcd=etcd, host=host, events=events, secrets=secrets,
+                      runtime=runtime, identity=identity or f"{socket.gethostname()}:{os.getpid()}",
+                      lease_duration=lease_duration, workers=workers, joiner=joiner)
 
     async def on_startup(_: web.Application) -> None:
         await manager.start()

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from apiserver.apis.conditions import find_condition
 from apiserver.auth.authn import UserInfo
 from apiserver.endpoints import negotiation as wire
 from apiserver.kubeclient.events import EventRecorder
@@ -29,7 +30,7 @@ MIN_EXPIRATION = 600
 
 def _ready(obj: dict[str, Any]) -> bool:
     status = obj.get("status") or {}
-    cond = next((c for c in status.get("conditions") or [] if c.get("type") == "ControlPlaneReady"), None)
+    cond = find_condition(status.get("conditions"), "ControlPlaneReady")
     return bool(cond and cond.get("status") == "True" and status.get("controlPlaneEndpoint"))
 
 

@@ -20,7 +20,7 @@ class DryRunnableStorage:
             return await self.storage.create(obj)
         meta = obj["metadata"]
         try:
-            await self.storage.get(meta["namespace"], meta["name"], "0")
+            await self.storage.get(meta["namespace"], meta["name"])  # consistent: a create just acknowledged counts
         except StorageError as e:
             if e.code == StorageError.NOT_FOUND:
                 return obj

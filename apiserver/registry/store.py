@@ -166,10 +166,9 @@ class Registry:
             causes = self.strategy.validate_status(new)
         else:
             meta, old_meta = new["metadata"], old["metadata"]
-            if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
-                raise self._invalid(old_meta["name"], [errors.Cause(
-                    errors.FIELD_VALUE_INVALID, f'Invalid value: "{meta["uid"]}": field is immutable',
-                    "metadata.uid")])
+            if meta.get("uid") and meta["uid"] != old_meta.get("uid"):  # a uid in the body is a precondition
+                raise self._conflict(old_meta["name"], f"Precondition failed: UID in precondition: {meta['uid']}, "
+                                                       f"UID in object meta: {old_meta.get('uid')}")
             for system_field in SYSTEM_FIELDS_KEPT_ON_UPDATE:
                 if system_field in old_meta:
                     meta[system_field] = old_meta[system_field]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from apiserver.apis import schema
+from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER, VIRTUALCLUSTERS
 from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
 from apiserver.machinery.golang import go_bad_value
@@ -15,13 +16,6 @@ from apiserver.registry.rest import Column
 Obj = dict[str, Any]
 
 IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps")
-
-
-def condition(obj: Obj, type_: str) -> dict[str, Any] | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == type_:
-            return cond
-    return None
 
 
 def desired_nodes(obj: Obj) -> int:
@@ -109,7 +103,7 @@ class VirtualClusterStrategy:
     def cells(self, obj: Obj) -> list[Any]:
         meta = obj.get("metadata") or {}
         status = obj.get("status") or {}
-        ready = condition(obj, "Ready")
+        ready = find_condition(status.get("conditions"), "Ready")
         return [
             meta.get("name", ""),
             status.get("phase", ""),

@@ -1,68 +1,56 @@
-"""Status writing: conditions with kube's transition rules, written through ``/status``."""
+"""The status a reconcile pass leads to, and the one write that records it.
+
+A pass acts first (PKI, runtime, nodes) and gathers what it saw in an :class:`Observed`. The new
+status, the event to record and when to look again follow from the object and that observation
+alone: the functions here do no I/O and take the time as an argument. :func:`write_status` then
+writes the status once, through ``/status``, guarded by the object's resourceVersion.
+
+Phases as API.md says: ``Pending`` (accepted) → ``Preparing`` (PKI and components being built) →
+``Initialized`` (control plane ready, nodes joining) → ``Completed``; ``Updating`` while nodes
+change under a completed cluster; ``Deleting`` during teardown.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from apiserver.endpoints.decode import Decoder
+from apiserver.apis.conditions import find_condition, set_condition
+from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import merge_patch
-from apiserver.machinery.timefmt import now_rfc3339
 from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
+from reconciler.nodes.promoter import NodeReport
+from reconciler.nodes.selection import requests_nodes
+from reconciler.runtime.base import ControlPlaneState, RuntimeFailure
 
 Obj = dict[str, Any]
 
-
-def set_condition(conditions: list[Obj], type_: str, status: str, reason: str, message: str,
-                  generation: int) -> list[Obj]:
-    """Upsert a condition; lastTransitionTime only moves when the status changes."""
-    now = now_rfc3339()
-    out = []
-    found = False
-    for cond in conditions:
-        if cond.get("type") == type_:
-            found = True
-            changed = cond.get("status") != status
-            cond = {**cond, "status": status, "reason": reason, "message": message,
-                    "observedGeneration": generation,
-                    "lastTransitionTime": now if changed else cond.get("lastTransitionTime", now)}
-        out.append(cond)
-    if not found:
-        out.append({"type": type_, "status": status, "reason": reason, "message": message,
-                    "observedGeneration": generation, "lastTransitionTime": now})
-    return out
+CONDITIONS = ("ControlPlaneReady", "NodesReady", "Ready")
+NO_RUNTIME_REASON = "NoControlPlaneRuntime"
+NO_RUNTIME_MESSAGE = "no control-plane runtime is configured (--control-plane-runtime); the control plane will not be built"
+NO_PROMOTION_REASON = "NodePromotionUnavailable"
+UNREACHABLE_REASON = "HostUnreachable"
+POLL = 0.25  # seconds between readiness checks while a control plane starts
+HEALTH_CHECK = 5.0  # seconds between checks of a ready control plane
+NODE_POLL = 1.0  # seconds between passes while nodes join
+RUNTIME_RETRY = 10.0  # seconds before a runtime failure is tried again
 
 
-def get_condition(obj: Obj, type_: str) -> Obj | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+# -- computing the next status (pure) ------------------------------------------------------
 
+class NextStatus:
+    """The next status of one object, built from its current one; nothing is written here."""
 
-async def patch_object(registry: Registry, obj: Obj, body: Obj, subresource: str = "") -> Obj:
-    """A merge patch guarded by the object's resourceVersion (a stale view is a 409, retried by the queue)."""
-    meta = obj["metadata"]
-    body.setdefault("metadata", {})["resourceVersion"] = meta["resourceVersion"]
-    decoder = Decoder(registry.info, registry.strategy)
-
-    async def patched(current: Obj) -> Obj:
-        new, _ = decoder.decode(merge_patch(current, body), "Strict", name=meta["name"], patched=True)
-        return new
-    result = await registry.update_with(meta["namespace"], meta["name"], patched, WriteOptions(), subresource)
-    return result.obj
-
-
-class StatusWriter:
-    """Builds the next status of one object and writes it only when something changed."""
-
-    def __init__(self, registry: Registry, obj: Obj) -> None:
-        self.registry = registry
-        self.obj = obj
+    def __init__(self, obj: Obj, now: str) -> None:
+        self.now = now
         self.generation = int(obj["metadata"].get("generation", 1))
-        current = obj.get("status") or {}
-        self.status: Obj = {**current, "conditions": list(current.get("conditions") or [])}
+        self.current: Obj = obj.get("status") or {}
+        self.status: Obj = {**self.current, "conditions": list(self.current.get("conditions") or [])}
 
     def condition(self, type_: str, ok: bool, reason: str, message: str) -> None:
         self.status["conditions"] = set_condition(self.status["conditions"], type_, "True" if ok else "False",
-                                                  reason, message, self.generation)
+                                                  reason, message, self.generation, self.now)
 
     def phase(self, phase: str, reason: str, message: str) -> None:
         self.status.update(phase=phase, reason=reason, message=message)
@@ -70,14 +58,164 @@ class StatusWriter:
     def set(self, **fields: Any) -> None:
         self.status.update(fields)
 
-    async def write(self) -> Obj:
-        self.status["observedGeneration"] = self.generation
-        current = self.obj.get("status") or {}
-        comparable = {k: v for k, v in self.status.items() if k != "updateTime"}
-        if comparable == {k: v for k, v in current.items() if k != "updateTime"}:
-            return self.obj
-        if (self.status.get("phase"), self.status.get("reason")) != (current.get("phase"), current.get("reason")):
-            self.status["updateTime"] = now_rfc3339()
+    def result(self) -> Obj:
+        """The status with observedGeneration, and updateTime moved only when phase or reason did."""
+        status = {**self.status, "observedGeneration": self.generation}
+        moved = (status.get("phase"), status.get("reason")) != (self.current.get("phase"), self.current.get("reason"))
+        status["updateTime"] = self.now if moved else self.current.get("updateTime", self.now)
+        return status
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where a pass leaves an object: its new status, the event that tells of it, what comes next."""
+
+    status: Obj
+    event: tuple[str, str, str] | None = None  # (type, reason, message), recorded when the status's reason changes
+    requeue_after: float | None = None  # look again after this many seconds (None: only on the next change)
+    backoff: str = ""  # the host or a tenant did not answer (this says so): retry with back-off
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a build pass found: the runtime's failure or its state, then the nodes' report, or the
+    host (or tenant) not answering while the nodes were reconciled."""
+
+    failure: RuntimeFailure | None = None
+    state: ControlPlaneState | None = None
+    nodes: NodeReport | None = None
+    unreachable: str = ""
+
+
+def accepted(obj: Obj, now: str) -> Outcome:
+    """A new VirtualCluster: Pending, with every condition False, before anything is built."""
+    status = NextStatus(obj, now)
+    status.phase("Pending", "Accepted", "the virtual cluster was accepted; its control plane will be built")
+    for type_ in CONDITIONS:
+        status.condition(type_, False, "Pending", "the control plane has not been built yet")
+    return Outcome(status.result(), ("Normal", "Accepted", "virtual cluster accepted"), requeue_after=0.0)
+
+
+def no_runtime(obj: Obj, now: str) -> Outcome:
+    status = NextStatus(obj, now)
+    status.phase("Pending", NO_RUNTIME_REASON, NO_RUNTIME_MESSAGE)
+    for type_ in CONDITIONS:
+        status.condition(type_, False, NO_RUNTIME_REASON, NO_RUNTIME_MESSAGE)
+    return Outcome(status.result())
+
+
+def deleting(obj: Obj, now: str) -> Outcome:
+    """Deleted: the phase says so before the teardown starts (the next pass)."""
+    status = NextStatus(obj, now)
+    status.phase("Deleting", "TearingDown", "removing the control plane")
+    return Outcome(status.result(), ("Normal", "Deleting", "removing the control plane"), requeue_after=0.0)
+
+
+def unreachable(obj: Obj, condition: str, error: str, now: str) -> Outcome:
+    """The host (or the tenant) is not answering: say so in ``condition`` and Ready, keep the phase, back off."""
+    return _unreachable(obj, NextStatus(obj, now), condition, error)
+
+
+def _unreachable(obj: Obj, status: NextStatus, condition: str, error: str) -> Outcome:
+    message = f"waiting for the host or tenant apiserver to answer: {error}"
+    status.condition(condition, False, UNREACHABLE_REASON, message)
+    status.condition("Ready", False, UNREACHABLE_REASON, message)
+    status.phase((obj.get("status") or {}).get("phase") or "Pending", UNREACHABLE_REASON, message)
+    return Outcome(status.result(), ("Warning", UNREACHABLE_REASON, message), backoff=message)
+
+
+def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
+    """The status after a build pass of ``runtime`` (no node report while the spec asks for nodes:
+    no node joiner is configured)."""
+    status = NextStatus(obj, now)
+    cp_ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
+    if cp_ready is None or cp_ready.get("status") != "True":
+        status.phase("Preparing", "BuildingControlPlane", f"building the control plane ({runtime} runtime)")
+    if seen.failure is not None:
+        reason, message = seen.failure.reason, seen.failure.message
+        status.phase("Preparing", reason, message)
+        status.condition("ControlPlaneReady", False, reason, message)
+        status.condition("Ready", False, reason, message)
+        return Outcome(status.result(), ("Warning", reason, message), requeue_after=RUNTIME_RETRY)
+    state = seen.state
+    assert state is not None, "a build pass observes the runtime's failure or its state"
+    status.set(controlPlaneEndpoint=state.endpoint, port=state.port)
+    if not state.ready:
+        status.condition("ControlPlaneReady", False, state.reason, state.message)
+        status.condition("Ready", False, state.reason, state.message)
+        if state.reason != "Starting":
+            status.phase("Preparing", state.reason, state.message)
+        return Outcome(status.result(), ("Warning" if state.reason != "Starting" else "Normal", state.reason,
+                                         state.message), requeue_after=POLL)
+    status.condition("ControlPlaneReady", True, state.reason, state.message)
+    if seen.unreachable:
+        return _unreachable(obj, status, "NodesReady", seen.unreachable)
+    if not requests_nodes(obj.get("spec") or {}):
+        status.set(nodes=[])
+        status.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
+        status.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")
+        status.phase("Completed", "Ready", f"control plane ready at {state.endpoint}")
+    elif seen.nodes is not None:
+        _nodes(obj, status, seen.nodes, state.endpoint)
+    else:
+        message = (f"the spec asks for nodes but no node joiner is configured (a host cluster, and the "
+                   f"process runtime or --node-joiner=agent); the control plane is ready at {state.endpoint}")
+        status.condition("NodesReady", False, NO_PROMOTION_REASON, message)
+        status.condition("Ready", False, NO_PROMOTION_REASON, message)
+        status.phase("Initialized", NO_PROMOTION_REASON, message)
+    result = status.result()
+    event = ("Normal", result.get("reason", "ControlPlaneReady"), result.get("message", state.message))
+    # a ready control plane is still watched (crashed components come back); joining nodes more often
+    return Outcome(result, event, requeue_after=HEALTH_CHECK if result.get("phase") == "Completed" else NODE_POLL)
+
+
+def _nodes(obj: Obj, status: NextStatus, report: NodeReport, endpoint: str) -> None:
+    """Nodes follow the spec; the phase says where that stands."""
+    status.set(nodes=report.nodes)
+    counts = f"{report.ready}/{len(report.nodes)} promoted nodes ready"
+    if report.complete:
+        if report.nodes:
+            status.condition("NodesReady", True, "NodesReady", counts)
         else:
-            self.status["updateTime"] = current.get("updateTime", now_rfc3339())
-        return await patch_object(self.registry, self.obj, {"status": self.status}, "status")
+            status.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
+        status.condition("Ready", True, "Ready", f"control plane ready at {endpoint}; {counts}")
+        status.phase("Completed", "Ready", f"control plane ready at {endpoint}; {counts}")
+        return
+    problems = "; ".join(report.shortages + report.waiting)
+    reason = "InsufficientNodes" if report.shortages else "NodesJoining"
+    status.condition("NodesReady", False, reason, f"{counts}: {problems}")
+    status.condition("Ready", False, reason, f"{counts}: {problems}")
+    if report.shortages and not report.nodes:
+        status.phase("Pending", reason, f"waiting for nodes: {problems}")
+    elif (obj.get("status") or {}).get("phase") in ("Completed", "Updating"):
+        status.phase("Updating", reason, f"{counts}: {problems}")
+    else:
+        status.phase("Initialized", reason, f"{counts}: {problems}")
+
+
+# -- writing -----------------------------------------------------------------------------
+
+async def patch_object(registry: Registry, obj: Obj, body: Obj, subresource: str = "") -> Obj:
+    """A merge patch guarded by the object's resourceVersion (a stale view is a 409, retried by the queue)."""
+    meta = obj["metadata"]
+    body.setdefault("metadata", {})["resourceVersion"] = meta["resourceVersion"]
+
+    async def patched(current: Obj) -> Obj:
+        new = merge_patch(current, body)
+        unknown = registry.strategy.prune(new)
+        if unknown:  # the reconciler writes only what the schema knows: anything else is a bug here
+            raise errors.internal(f"the reconciler wrote fields the schema does not know: {', '.join(unknown)}")
+        return new
+    result = await registry.update_with(meta["namespace"], meta["name"], patched, WriteOptions(), subresource)
+    return result.obj
+
+
+def _comparable(status: Obj) -> Obj:
+    return {k: v for k, v in status.items() if k != "updateTime"}
+
+
+async def write_status(registry: Registry, obj: Obj, status: Obj) -> Obj:
+    """One write of ``status`` through ``/status``; none when nothing but updateTime would change."""
+    if _comparable(status) == _comparable(obj.get("status") or {}):
+        return obj
+    return await patch_object(registry, obj, {"status": status}, "status")

@@ -8,6 +8,7 @@ retried with capped exponential back-off per key.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 
 
@@ -60,7 +61,7 @@ class WorkQueue:
         """Retry ``key`` after its next back-off step; returns the delay chosen."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        delay = min(self.base_delay * (2 ** failures), self.max_delay)
+        delay = backoff(self.base_delay, self.max_delay, failures)
         self.add_after(key, delay)
         return delay
 
@@ -94,3 +95,17 @@ class WorkQueue:
         self._timers.clear()
         async with self._wakeup:
             self._wakeup.notify_all()
+
+
+def backoff(base_delay: float, max_delay: float, failures: int) -> float:
+    """``base_delay * 2**failures``, at most ``max_delay``.
+
+    As client-go's ItemExponentialFailureRateLimiter: a product too large to represent (there,
+    beyond int64 nanoseconds; here, beyond a float, from about a thousand failures of one key on)
+    is the longest delay, never an overflow.
+    """
+    try:
+        delay = math.ldexp(base_delay, failures)  # exact: only the exponent changes
+    except OverflowError:
+        return max_delay
+    return min(delay, max_delay)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from apiserver.apis.conditions import find_condition
 from apiserver.machinery.quantity import QuantityError, parse_quantity
 from apiserver.machinery.selectors import selector_from_label_selector
 
@@ -52,8 +53,8 @@ def claim_of(node: Node) -> str:
 
 
 def is_ready(node: Node) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
+    ready = find_condition((node.get("status") or {}).get("conditions"), "Ready")
+    return ready is not None and ready.get("status") == "True"
 
 
 def is_control_plane(node: Node) -> bool:

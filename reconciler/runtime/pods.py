@@ -41,6 +41,7 @@ from typing import Any
 import aiohttp
 from cryptography import x509
 
+from apiserver.apis.conditions import find_condition
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
@@ -641,7 +642,7 @@ def _pod_problem(pod: Obj) -> tuple[str, bool]:
         waiting = (c.get("state") or {}).get("waiting") or {}
         if waiting.get("reason"):
             return waiting["reason"], waiting["reason"] in FAILING
-    scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+    scheduled = find_condition(status.get("conditions"), "PodScheduled")
     if scheduled and scheduled.get("status") == "False":
         return f"unschedulable: {scheduled.get('message', '')[:120]}", scheduled.get("reason") == "Unschedulable"
     if not (pod.get("spec") or {}).get("nodeName"):

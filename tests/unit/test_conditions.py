@@ -1,0 +1,32 @@
+"""Conditions by type (apiserver.apis.conditions): found and set as apimachinery's meta helpers do."""
+
+from __future__ import annotations
+
+from apiserver.apis.conditions import find_condition, set_condition
+
+T0, T1 = "2024-01-02T03:04:05Z", "2024-01-02T03:05:00Z"
+
+
+def test_a_condition_is_found_by_its_type_and_malformed_lists_read_as_empty() -> None:
+    conditions = ["junk", {"type": "Ready", "status": "True"}, {"type": "NodesReady", "status": "False"}]
+    assert find_condition(conditions, "NodesReady") == {"type": "NodesReady", "status": "False"}
+    assert find_condition(conditions, "Missing") is None
+    assert find_condition(None, "Ready") is None
+    assert find_condition({"type": "Ready"}, "Ready") is None
+
+
+def test_setting_a_new_condition_appends_it_with_the_time_given() -> None:
+    assert set_condition([], "Ready", "False", "Pending", "not yet", 3, T0) == [
+        {"type": "Ready", "status": "False", "reason": "Pending", "message": "not yet", "observedGeneration": 3,
+         "lastTransitionTime": T0}]
+
+
+def test_the_transition_time_moves_only_when_the_status_changes() -> None:
+    first = set_condition([{"type": "Other", "status": "True"}], "Ready", "False", "Pending", "a", 1, T0)
+    same_status = set_condition(first, "Ready", "False", "Starting", "b", 2, T1)
+    assert same_status[1] == {"type": "Ready", "status": "False", "reason": "Starting", "message": "b",
+                              "observedGeneration": 2, "lastTransitionTime": T0}
+    flipped = set_condition(same_status, "Ready", "True", "Ready", "c", 2, T1)
+    assert flipped[1]["lastTransitionTime"] == T1
+    assert flipped[0] == {"type": "Other", "status": "True"}  # others are left as they are, in their place
+    assert first[1]["reason"] == "Pending"  # the list given is not changed
