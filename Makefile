@@ -58,8 +58,8 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 bench: env bins $(BENCH_STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 
-# Faults survived, at length: tests/e2e/test_faults.py and test_chaos.py with more rounds and longer outages
+# Faults survived, at length: tests/e2e/test_faults_*.py and test_chaos.py with more rounds and longer outages
 # (VC_SOAK=1: 30 seeded vc-apiserver kills; VC_CHAOS_SEED=n replays another schedule).
 .PHONY: soak
 soak: env bins
-	VC_SOAK=1 $(PY) -m pytest -p no:cacheprovider -q -s --durations=0 tests/e2e/test_faults.py tests/e2e/test_chaos.py
+	VC_SOAK=1 $(PY) -m pytest -p no:cacheprovider -q -s --durations=0 tests/e2e/test_faults_*.py tests/e2e/test_chaos.py

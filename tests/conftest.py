@@ -16,10 +16,15 @@ import aiohttp
 import pytest
 
 from hack.harness import REPO, ApiServer, Etcd, Pki, Stack, StackPorts, binary, free_port
+from tests.support import report
 
 EXAMPLES = REPO / "examples"
 HISTORY = 200  # watch-cache history of the test server: small enough to expire in a test
 _counter = itertools.count()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    report.bind(config)  # what tests say reaches the terminal even while pytest captures output
 
 
 @pytest.fixture(scope="session")
@@ -67,6 +72,12 @@ def server(tmp_root: Path, pki_files: Pki, etcd: Etcd) -> Iterator[Server]:
                  api.kubeconfig(tmp_root / "user.kubeconfig", user="user"))
     yield srv
     api.stop()
+
+
+@pytest.fixture
+def log_start(server: Server) -> int:
+    """Where the server's log stood when the test began: nothing after it may be a traceback."""
+    return server.api.log.stat().st_size
 
 
 @dataclass
