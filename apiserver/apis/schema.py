@@ -709,11 +709,45 @@ def unknown_fields(obj: dict[str, Any]) -> list[str]:
 
 def prune_unknown_fields(obj: dict[str, Any]) -> list[str]:
     """Drop, in place, every field :func:`unknown_fields` reports, and return their paths: what is
-    stored is what is declared, as a structural CRD schema prunes (fieldValidation Warn and Ignore)."""
+    stored is what is declared, as a structural CRD schema prunes (fieldValidation Warn and Ignore).
+
+    Declared fields are stored in their declared type, as kube-apiserver stores a custom resource:
+    a null where the field is optional is dropped (as it prunes nulls of non-nullable fields) and an
+    integer written as ``100.0`` is stored as ``100`` (as Go encodes a whole float64)."""
     found = _unknown_in_schema(_OBJECT, obj, "")
     for holder, key, _ in found:
         holder.pop(key, None)
+    _normalize_schema(_OBJECT, obj)
     return [path for _, _, path in found]
+
+
+def _normalize_schema(schema: Schema, value: Any) -> None:
+    if not isinstance(value, dict):
+        return
+    for key in list(value):
+        fld = field_of(schema, str(key))
+        if fld is None:
+            continue
+        sub = value[key]
+        if sub is None:
+            if fld.allow_none and not fld.required:
+                del value[key]
+            continue
+        value[key] = _normalize_field(fld, sub)
+
+
+def _normalize_field(fld: fields.Field, value: Any) -> Any:
+    if isinstance(fld, fields.Integer) and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(fld, fields.Nested):
+        _normalize_schema(fld.schema, value)
+    elif isinstance(fld, fields.List) and isinstance(value, list):
+        value[:] = [_normalize_field(fld.inner, item) if item is not None else None for item in value]
+    elif isinstance(fld, fields.Dict) and isinstance(value, dict) and fld.value_field is not None:
+        for k, v in value.items():
+            if v is not None:
+                value[k] = _normalize_field(fld.value_field, v)
+    return value
 
 
 _FIELDS_BY_KEY: dict[type[Schema], dict[str, fields.Field]] = {}

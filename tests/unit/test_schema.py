@@ -485,3 +485,14 @@ def test_the_fast_path_accepts_only_what_marshmallow_accepts(schema_name: str, d
     assert checked > 300
     assert disagreements == []
     assert schema.accepts(loader, document)  # still fast once marshmallow has loaded (and filled its hook table)
+
+
+def test_declared_fields_are_stored_in_their_declared_type_as_kube_stores_a_custom_resource() -> None:
+    obj = {"apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
+           "metadata": {"name": "typed", "labels": None},
+           "spec": {"promoteResources": None},
+           "status": {"port": 100.0, "nodes": [{"name": "n1", "phase": None}]}}
+    assert prune_unknown_fields(obj) == []
+    assert obj["status"]["port"] == 100 and type(obj["status"]["port"]) is int
+    assert obj["status"]["nodes"] == [{"name": "n1"}]
+    assert "labels" not in obj["metadata"] and "promoteResources" not in obj["spec"]
