@@ -39,6 +39,14 @@ def test_the_reconciler_imports_nothing_of_the_http_server() -> None:
     assert offenders("reconciler", ("apiserver.server", "apiserver.endpoints", "apiserver.__main__")) == []
 
 
+SHIPPED = ("apiserver", "reconciler", "apiservice", "certs", "hack")  # the packages pyproject.toml installs
+
+
+def test_nothing_that_is_installed_imports_the_kubernetes_client_which_only_tests_depend_on() -> None:
+    """``kubernetes`` is in the test extra only: a production install does not have it."""
+    assert [o for package in SHIPPED for o in offenders(package, ("kubernetes",))] == []
+
+
 def test_the_import_check_finds_absolute_relative_and_lazy_imports(tmp_path: Path) -> None:
     (tmp_path / "reconciler" / "loop").mkdir(parents=True)
     (tmp_path / "reconciler" / "loop" / "queue.py").write_text(
@@ -46,13 +54,15 @@ def test_the_import_check_finds_absolute_relative_and_lazy_imports(tmp_path: Pat
         "from apiserver import endpoints\n"
         "def later():\n"
         "    from apiserver.machinery import errors\n"
-        "    from ..manager import Manager\n")
+        "    from ..manager import Manager\n"
+        "    import kubernetes.client as k8s\n")
     assert offenders("reconciler", ("apiserver.server", "apiserver.endpoints", "apiserver.machinery",
-                                    "reconciler.manager"), tmp_path) == [
+                                    "reconciler.manager", "kubernetes"), tmp_path) == [
         "reconciler/loop/queue.py:1 imports apiserver.server.app",
         "reconciler/loop/queue.py:2 imports apiserver.endpoints",
         "reconciler/loop/queue.py:4 imports apiserver.machinery",
         "reconciler/loop/queue.py:4 imports apiserver.machinery.errors",
         "reconciler/loop/queue.py:5 imports reconciler.manager",
         "reconciler/loop/queue.py:5 imports reconciler.manager.Manager",
+        "reconciler/loop/queue.py:6 imports kubernetes.client",
     ]
