@@ -25,11 +25,12 @@ from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 from reconciler.controlplane import status
 from reconciler.controlplane.status import Observed, Outcome, patch_object, write_status
-from reconciler.controlplane.tenant import admin_client, bootstrap_tenant
+from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.nodes.selection import requests_nodes
 from reconciler.runtime.base import ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
 from reconciler.runtime.process import SERVICE_CIDR
+from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
 

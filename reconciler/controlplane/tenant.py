@@ -1,13 +1,13 @@
-"""Talking to a tenant's own apiserver: bootstrap objects every tenant gets, nodes that leave it."""
+"""The bootstrap objects every tenant gets in its own apiserver."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
-from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient, access_from_pem
+from apiserver.kubeclient.client import HostError, HostUnavailable
 from certs.tenant import TENANT_ADMINS, TenantPki
 from reconciler.runtime.base import RuntimeFailure
+from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
 
@@ -17,10 +17,6 @@ ADMIN_BINDING = {
     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": TENANT_ADMINS}],
 }
-
-
-def admin_client(pki: TenantPki, endpoint: str) -> KubeClient:
-    return KubeClient(access_from_pem(endpoint, pki.files["ca.crt"], pki.files["admin.crt"], pki.files["admin.key"]))
 
 
 async def bootstrap_tenant(pki: TenantPki, endpoint: str) -> None:
@@ -35,20 +31,3 @@ async def bootstrap_tenant(pki: TenantPki, endpoint: str) -> None:
         raise RuntimeFailure("BootstrapFailed", f"the tenant apiserver did not answer: {e}") from None
     finally:
         await client.close()
-
-
-async def remove_node(tenant: KubeClient, name: str) -> None:
-    """A node leaves the tenant: its pods are deleted at once, then the Node itself."""
-    try:
-        pods = (await tenant.get("/api/v1/pods", fieldSelector=f"spec.nodeName={name}")).get("items") or []
-        for pod in pods:
-            meta = pod["metadata"]
-            with contextlib.suppress(HostError):
-                await tenant.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                                    {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
-        await tenant.delete(f"/api/v1/nodes/{name}")
-    except HostError as e:
-        if e.code != 404:
-            raise
-    except HostUnavailable as e:
-        log.warning("tenant unreachable while removing node %s: %s", name, e)

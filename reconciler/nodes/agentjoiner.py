@@ -19,9 +19,9 @@ from typing import Any
 
 from apiserver.kubeclient.client import ClusterAccess, HostError, HostUnavailable, KubeClient
 from apiserver.storage.secrets import SecretStore, load_pki
-from reconciler.controlplane.tenant import remove_node
 from reconciler.nodeagent import DEFAULT_PORT, SERVING_NAME, protocol
 from reconciler.nodes.selection import is_ready, node_name
+from reconciler.tenantapi import remove_node
 
 log = logging.getLogger(__name__)
 

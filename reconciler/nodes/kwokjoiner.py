@@ -16,9 +16,9 @@ import socket
 from typing import Any
 
 from apiserver.kubeclient.client import HostError, KubeClient
-from reconciler.controlplane.tenant import remove_node
 from reconciler.nodes.selection import CLAIM_LABEL, is_ready, labels, node_name
 from reconciler.runtime.process import ProcessRuntime
+from reconciler.tenantapi import remove_node
 
 log = logging.getLogger(__name__)
 

@@ -45,9 +45,9 @@ from apiserver.apis.conditions import find_condition
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
-from reconciler.controlplane.tenant import admin_client
 from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure
 from reconciler.runtime.process import SERVICE_CIDR
+from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
 

@@ -53,11 +53,11 @@ from hack.harness import (
     wait_until,
     write_kubeconfig,
 )
-from reconciler.controlplane.tenant import admin_client
 from reconciler.nodeagent import CLIENT_CN, protocol, staticpod
 from reconciler.nodeagent.files import KubeletPaths
 from reconciler.nodes.agentjoiner import AgentAccess, AgentJoiner, agent_client_context
 from reconciler.runtime.process import ProcessRuntime
+from reconciler.tenantapi import admin_client
 from tests.conftest import Kubectl, start_etcd, vc
 
 pytestmark = pytest.mark.e2e
