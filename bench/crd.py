@@ -17,6 +17,7 @@ from marshmallow import fields
 from apiserver.apis import schema
 from apiserver.apis.resource import VIRTUALCLUSTERS as VC
 from apiserver.endpoints import openapi
+from apiserver.machinery import fields as kubefields
 from apiserver.registry.virtualcluster import VirtualClusterStrategy
 
 # controller-gen's pattern for resource.Quantity: what kube CRDs use where Go code has a Quantity.
@@ -36,14 +37,14 @@ COLUMN_PATHS = {
 _UNSUPPORTED_KEYS = ("x-kubernetes-group-version-kind",)
 
 
-def _classes() -> dict[str, type[schema.KubeSchema]]:
-    return {cls.OPENAPI_NAME: cls for cls in schema.iter_schemas([schema.VirtualClusterSchema])}
+def _classes() -> dict[str, type[kubefields.KubeSchema]]:
+    return {cls.OPENAPI_NAME: cls for cls in kubefields.iter_schemas([schema.VirtualClusterSchema])}
 
 
 def _list_extensions(fld: fields.Field) -> dict[str, Any]:
     """``Unique`` on a list of scalars is a set; keyed by a sub-field it is a map list."""
     for validator in fld.validators:
-        if isinstance(validator, schema.Unique):
+        if isinstance(validator, kubefields.Unique):
             if validator.sub:
                 return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [validator.sub]}
             return {"x-kubernetes-list-type": "set"}
@@ -58,10 +59,10 @@ class _Inliner:
         self.classes = _classes()
 
     def definition(self, name: str) -> dict[str, Any]:
-        if name == schema.QUANTITY_REF:
+        if name == kubefields.QUANTITY_REF:
             return {"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": QUANTITY_PATTERN,
                     "x-kubernetes-int-or-string": True}
-        if name == schema.TIME_REF:
+        if name == kubefields.TIME_REF:
             return {"type": "string", "format": "date-time"}
         raw = self.defs[name]
         out = {k: v for k, v in raw.items() if k not in (*_UNSUPPORTED_KEYS, "properties")}
@@ -70,7 +71,7 @@ class _Inliner:
         if props is not None:
             out["properties"] = {}
             for key, prop in props.items():
-                fld = schema.field_of(cls(), key) if cls is not None else None
+                fld = kubefields.field_of(cls(), key) if cls is not None else None
                 out["properties"][key] = self.node(prop, fld)
         return out
 

@@ -22,7 +22,9 @@ from aiohttp import web
 from marshmallow import fields
 
 from apiserver.apis.resource import VIRTUALCLUSTERS as VC
-from apiserver.apis.schema import (
+from apiserver.apis.schema import ListMetaSchema, VirtualClusterListSchema, VirtualClusterSchema
+from apiserver.endpoints.patch import ACCEPTED as ACCEPTED_PATCH_TYPES
+from apiserver.machinery.fields import (
     FIELDS_V1_REF,
     META,
     QUANTITY_REF,
@@ -34,16 +36,12 @@ from apiserver.apis.schema import (
     FreeObject,
     Int,
     KubeSchema,
-    ListMetaSchema,
     Obj,
     OneOf,
     Range,
     Str,
-    VirtualClusterListSchema,
-    VirtualClusterSchema,
     iter_schemas,
 )
-from apiserver.endpoints.patch import ACCEPTED as ACCEPTED_PATCH_TYPES
 
 # The PATCH bodies the REST layer accepts (apiserver.endpoints.patch owns the list). Strategic merge is not
 # advertised, so kubectl apply and kubectl edit send JSON merge patches; apply-patch+yaml is absent

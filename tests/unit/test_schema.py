@@ -8,10 +8,8 @@ import yaml
 from marshmallow import fields
 
 from apiserver.apis.schema import (
-    KubeSchema,
     VirtualClusterListSchema,
     VirtualClusterSchema,
-    iter_schemas,
     prune_unknown_fields,
     unknown_fields,
     validate_spec,
@@ -19,6 +17,7 @@ from apiserver.apis.schema import (
 )
 from apiserver.machinery import errors
 from apiserver.machinery.errors import Cause
+from apiserver.machinery.fields import KubeSchema, iter_schemas
 
 REPO = Path(__file__).resolve().parents[2]
 # The repository's examples, and the contract's originals when the shared folder is alongside.
@@ -464,9 +463,10 @@ def test_the_fast_path_accepts_only_what_marshmallow_accepts(schema_name: str, d
     """Differential: each node of a valid document replaced by each odd value; whatever the fast path
     accepts must load cleanly through marshmallow, and what marshmallow accepts the fast path should too."""
     from apiserver.apis import schema
+    from apiserver.machinery import fields as kubefields
 
     loader = schema._SPEC if schema_name == "spec" else schema._STATUS
-    assert schema.accepts(loader, document)
+    assert kubefields.accepts(loader, document)
     disagreements = []
     checked = 0
     for path, _ in _mutations(document):
@@ -480,11 +480,11 @@ def test_the_fast_path_accepts_only_what_marshmallow_accepts(schema_name: str, d
             except Exception:
                 marshmallow_ok = False
             checked += 1
-            if schema.accepts(loader, candidate) != marshmallow_ok:
+            if kubefields.accepts(loader, candidate) != marshmallow_ok:
                 disagreements.append((path, odd, marshmallow_ok))
     assert checked > 300
     assert disagreements == []
-    assert schema.accepts(loader, document)  # still fast once marshmallow has loaded (and filled its hook table)
+    assert kubefields.accepts(loader, document)  # still fast once marshmallow has loaded (and filled its hook table)
 
 
 def test_declared_fields_are_stored_in_their_declared_type_as_kube_stores_a_custom_resource() -> None:

@@ -1,0 +1,630 @@
+"""The kinds of field a Kubernetes-style schema is declared with (marshmallow fields carrying their
+description, JSON type, required-ness and value rules), and the walks every schema shares: validation
+into Kubernetes ``StatusCause``\\ s, the unknown-field walk of a strict decoder, pruning, and the
+definitions OpenAPI publishes. :mod:`apiserver.apis.schema` declares the VirtualCluster with them."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar
+
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate
+
+from apiserver.machinery.errors import (
+    FIELD_VALUE_DUPLICATE,
+    FIELD_VALUE_INVALID,
+    FIELD_VALUE_NOT_SUPPORTED,
+    FIELD_VALUE_REQUIRED,
+    Cause,
+)
+from apiserver.machinery.golang import MAX_INT64, MIN_INT64, go_bad_value
+from apiserver.machinery.quantity import QuantityError, parse_quantity
+from apiserver.machinery.selectors import label_key_errors
+from apiserver.machinery.validation import (
+    OMIT_VALUE,
+    dns1123_subdomain_errors,
+    duplicate_value,
+    field_error,
+    invalid_value,
+    label_map_errors,
+    not_supported_value,
+)
+
+# Names of referenced apimachinery definitions, as kube-openapi publishes them.
+META = "io.k8s.apimachinery.pkg.apis.meta.v1"
+QUANTITY_REF = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+TIME_REF = f"{META}.Time"
+FIELDS_V1_REF = f"{META}.FieldsV1"
+RAW_EXTENSION_REF = "io.k8s.apimachinery.pkg.runtime.RawExtension"
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (MIN_INT64, MAX_INT64)
+
+
+# --------------------------------------------------------------------------- causes
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A ``field.Error`` before its path is known; raised inside marshmallow, rendered later."""
+
+    type: str
+    detail: str = ""
+    value: Any = OMIT_VALUE
+    supported: tuple[str, ...] = ()
+    expected_type: str = ""
+
+    def cause(self, path: str) -> Cause:
+        """The cause at ``path``, its message rendered by :mod:`apiserver.machinery.validation` as ``ErrorBody`` does."""
+        if self.expected_type:
+            return invalid_value(path, self.value, f"{path} in body must be of type {self.expected_type}: "
+                                                   f"{go_bad_value(self.value)}")
+        if self.type == FIELD_VALUE_NOT_SUPPORTED:
+            return not_supported_value(path, self.value, self.supported)
+        if self.type == FIELD_VALUE_DUPLICATE:
+            return duplicate_value(path, self.value)
+        return field_error(self.type, path, self.value, self.detail)
+
+
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a decoded JSON value, as used in type errors."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
+
+
+def fail(*problems: Problem) -> ValidationError:
+    """Wrap problems for marshmallow, which wants a list of messages."""
+    return ValidationError(list(problems))
+
+
+def _invalid(value: Any, detail: str) -> ValidationError:
+    return fail(Problem(FIELD_VALUE_INVALID, detail, value))
+
+
+def _wrong_type(expected: str, value: Any) -> ValidationError:
+    return fail(Problem(FIELD_VALUE_INVALID, value=json_type(value), expected_type=expected))
+
+
+# --------------------------------------------------------------------------- kube value checks
+# Each returns kube's messages (empty when valid). DNS names, label keys and label values are checked
+# by apiserver.machinery.validation and apiserver.machinery.selectors; only the checks particular to this schema live here.
+
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+
+
+def qualified_name_errors(value: str) -> list[str]:
+    """``IsQualifiedName`` (label keys, condition types, resource names): :func:`label_key_errors`."""
+    return label_key_errors(value)
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def host_errors(value: str) -> list[str]:
+    """An address that clients dial and certificates name: an IP or a DNS-1123 subdomain."""
+    if _is_ip(value) or not dns1123_subdomain_errors(value):
+        return []
+    return ["must be a valid IP address (e.g. 10.9.8.7 or 2001:db8::ffff) or a lowercase RFC 1123 "
+            "subdomain (e.g. 'example.com')"]
+
+
+def optional_host_errors(value: str) -> list[str]:
+    """``externalIP: ""`` is how Kosmos spells "no external IP"."""
+    return host_errors(value) if value else []
+
+
+def cidr_errors(value: str) -> list[str]:
+    try:
+        ok = "/" in value and bool(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        ok = False
+    return [] if ok else ["must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"]
+
+
+def optional_subdomain_errors(value: str) -> list[str]:
+    return dns1123_subdomain_errors(value) if value else []
+
+
+def quantity_errors(value: Any, *, minimum: str = "nonnegative") -> list[str]:
+    """Parse a Quantity given as JSON number or string; ``minimum`` is nonnegative or positive."""
+    text = value.strip() if isinstance(value, str) else str(value)
+    try:
+        amount = parse_quantity(text)
+    except QuantityError as err:
+        return [str(err)]
+    if minimum == "positive" and amount <= 0:
+        return ["must be greater than zero"]
+    if amount < 0:
+        return ["must be greater than or equal to 0"]
+    return []
+
+
+# --------------------------------------------------------------------------- validators
+
+
+class Range(validate.Range):
+    """Inclusive bounds with kube's wording; OpenAPI publishes them as minimum/maximum."""
+
+    def __call__(self, value: Any) -> Any:
+        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+            raise _invalid(value, self.detail())
+        return value
+
+    def detail(self) -> str:
+        if self.min is not None and self.max is not None:
+            return f"must be between {self.min} and {self.max}, inclusive"
+        if self.min is not None:
+            return f"must be greater than or equal to {self.min}"
+        return f"must be less than or equal to {self.max}"
+
+
+class OneOf(validate.OneOf):
+    """An enum: ``FieldValueNotSupported`` listing the choices; OpenAPI publishes them as enum."""
+
+    def __call__(self, value: Any) -> Any:
+        if value not in self.choices:
+            raise fail(Problem(FIELD_VALUE_NOT_SUPPORTED, value=value, supported=tuple(self.choices)))
+        return value
+
+
+class Check(validate.Validator):
+    """A kube ``IsX``-style check: ``fn`` returns messages, each becomes a FieldValueInvalid cause."""
+
+    error = None
+
+    def __init__(self, fn: Callable[[Any], list[str]], *, format: str | None = None) -> None:
+        self.fn = fn
+        self.format = format  # an OpenAPI "format" hint, e.g. "cidr"
+
+    def __call__(self, value: Any) -> Any:
+        messages = self.fn(value)
+        if messages:
+            raise fail(*(Problem(FIELD_VALUE_INVALID, m, value) for m in messages))
+        return value
+
+
+class Unique(validate.Validator):
+    """No two list items share ``key(item)``; duplicates are reported at ``[i]`` (+ ``sub`` field)."""
+
+    error = None
+
+    def __init__(self, key: Callable[[Any], Any] = lambda item: item, sub: str = "") -> None:
+        self.key = key
+        self.sub = sub
+
+    def __call__(self, items: list[Any]) -> list[Any]:
+        seen: set[Any] = set()
+        errors: dict[int, Any] = {}
+        for index, item in enumerate(items):
+            value = self.key(item)
+            if value is None:
+                continue
+            if value in seen:
+                problem = [Problem(FIELD_VALUE_DUPLICATE, value=value)]
+                errors[index] = {self.sub: problem} if self.sub else problem
+            seen.add(value)
+        if errors:
+            raise ValidationError(errors)
+        return items
+
+
+def _label_map_errors(labels: dict[str, str]) -> list[Problem]:
+    """Kube reports bad label keys and values at the map itself, not at ``[key]``."""
+    return [Problem(FIELD_VALUE_INVALID, msg, bad)
+            for bad, msg in label_map_errors(labels)]
+
+
+def check_label_map(labels: dict[str, str]) -> dict[str, str]:
+    problems = _label_map_errors(labels)
+    if problems:
+        raise fail(*problems)
+    return labels
+
+
+# --------------------------------------------------------------------------- field kinds
+
+
+class KubeField(fields.Field):
+    """Base of every field here: Problem-valued messages, null means absent unless required."""
+
+    default_error_messages = {
+        "required": [Problem(FIELD_VALUE_REQUIRED)],
+        "null": [Problem(FIELD_VALUE_REQUIRED)],
+    }
+
+    @staticmethod
+    def options(description: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs.setdefault("allow_none", not kwargs.get("required", False))
+        kwargs["metadata"] = {**kwargs.get("metadata", {}), "description": description}
+        return kwargs
+
+
+class Str(KubeField, fields.String):
+    def __init__(self, description: str = "", **kwargs: Any) -> None:
+        super().__init__(**self.options(description, kwargs))
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, str):
+            raise _wrong_type("string", value)
+        return value
+
+
+class Int(KubeField, fields.Integer):
+    """A JSON integer (``1.0`` counts, as in kube's CRD validation) within int32/int64 bounds."""
+
+    def __init__(self, description: str = "", *, format: str = "int32", **kwargs: Any) -> None:
+        kwargs = self.options(description, kwargs)
+        kwargs["metadata"]["format"] = format
+        super().__init__(**kwargs)
+        self.bounds = _INT32 if format == "int32" else _INT64
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _wrong_type("integer", value)
+        low, high = self.bounds
+        if not low <= value <= high:
+            raise _invalid(value, Range(low, high).detail())
+        return value
+
+
+class Bool(KubeField, fields.Boolean):
+    def __init__(self, description: str = "", **kwargs: Any) -> None:
+        super().__init__(**self.options(description, kwargs))
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, bool):
+            raise _wrong_type("boolean", value)
+        return value
+
+
+class Quantity(KubeField):
+    """A resource.Quantity: a JSON number or a string such as ``"100Gi"``; kept as given."""
+
+    REF = QUANTITY_REF
+
+    def __init__(self, description: str = "", *, minimum: str = "nonnegative", **kwargs: Any) -> None:
+        kwargs = self.options(description, kwargs)
+        kwargs["validate"] = [Check(lambda v: quantity_errors(v, minimum=minimum)), *kwargs.get("validate", [])]
+        super().__init__(**kwargs)
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise _wrong_type("number,string", value)
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:  # stored objects hold int64 numbers only
+            raise _invalid(value, "a quantity beyond 64 bits must be written as a string")
+        return value
+
+
+class Time(KubeField):
+    """A metav1.Time: an RFC 3339 timestamp string."""
+
+    REF = TIME_REF
+
+    def __init__(self, description: str = "", **kwargs: Any) -> None:
+        super().__init__(**self.options(description, kwargs))
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, str):
+            raise _wrong_type("string", value)
+        if not _RFC3339.fullmatch(value):
+            raise fail(Problem(FIELD_VALUE_INVALID, value=value, expected_type="date-time"))
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            raise fail(Problem(FIELD_VALUE_INVALID, value=value, expected_type="date-time")) from None
+        return value
+
+
+class FreeObject(KubeField):
+    """An opaque JSON object published under a named definition (FieldsV1, RawExtension)."""
+
+    def __init__(self, ref: str, description: str = "", **kwargs: Any) -> None:
+        super().__init__(**self.options(description, kwargs))
+        self.REF = ref
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _wrong_type("object", value)
+        return value
+
+
+class Obj(KubeField, fields.Nested):
+    """A nested object published as a ``$ref`` to its schema's definition."""
+
+    def __init__(self, schema: type[KubeSchema], description: str = "", **kwargs: Any) -> None:
+        super().__init__(schema, **self.options(description, kwargs))
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _wrong_type("object", value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class Array(KubeField, fields.List):
+    def __init__(self, inner: fields.Field, description: str = "", **kwargs: Any) -> None:
+        inner.allow_none = False  # a null element of a list of X is not an X: 422
+        super().__init__(inner, **self.options(description, kwargs))
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, list):
+            raise _wrong_type("array", value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class Map(KubeField, fields.Dict):
+    """A JSON object with free keys (labels, resources); errors of one entry land at ``[key]``."""
+
+    def __init__(self, values: fields.Field, description: str = "", *, keys: fields.Field | None = None,
+                 **kwargs: Any) -> None:
+        values.allow_none = False  # a null value in a map of strings (or quantities) is not one: 422
+        super().__init__(keys=keys or Str(), values=values, **self.options(description, kwargs))
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _wrong_type("object", value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+class KubeSchema(Schema):
+    """A named object type. Unknown keys are ignored here: :func:`unknown_fields` reports them."""
+
+    OPENAPI_NAME: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+    GVK: ClassVar[tuple[dict[str, str], ...]] = ()
+
+    class Meta:
+        unknown = EXCLUDE
+
+
+_FIELDS_BY_KEY: dict[type[Schema], dict[str, fields.Field]] = {}
+
+
+def field_of(schema: Schema, name: str) -> fields.Field | None:
+    """The field a JSON key maps to (honours ``data_key``)."""
+    by_key = _FIELDS_BY_KEY.get(type(schema))
+    if by_key is None:
+        by_key = _FIELDS_BY_KEY[type(schema)] = {(fld.data_key or attr): fld for attr, fld in schema.fields.items()}
+    return by_key.get(name)
+
+
+def validate_with(schema: Schema, value: Any, path: str) -> list[Cause]:
+    """Causes for everything wrong in ``value`` as ``schema`` declares it, at ``path``."""
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [Problem(FIELD_VALUE_INVALID, value=json_type(value), expected_type="object").cause(path)]
+    if accepts(schema, value):
+        return []
+    try:
+        schema.load(value)
+    except ValidationError as err:
+        return _causes(err.messages, schema, path)
+    return []
+
+
+_REQUIRED: dict[type[Schema], tuple[str, ...] | None] = {}
+
+
+def accepts(schema: Schema, value: Mapping[str, Any]) -> bool:
+    """Whether loading ``value`` through ``schema`` raises nothing, decided by the same fields and
+    validators without marshmallow's error bookkeeping (several times faster on the write path).
+
+    False means "not sure": marshmallow then loads the value and explains what is wrong. Schemas
+    with hooks (``@validates_schema``) are always left to marshmallow.
+    """
+    cls = type(schema)
+    if cls not in _REQUIRED:
+        field_of(schema, "")  # builds the key index
+        hooked = any(schema._hooks.values())  # noqa: SLF001 (marshmallow's hook registry; a defaultdict)
+        _REQUIRED[cls] = None if hooked else tuple(
+            fld.data_key or attr for attr, fld in schema.fields.items() if fld.required)
+    required = _REQUIRED[cls]
+    if required is None or any(key not in value for key in required):
+        return False
+    by_key = _FIELDS_BY_KEY[cls]
+    for key, sub in value.items():
+        fld = by_key.get(key)
+        if fld is not None and not _field_accepts(fld, sub, value):
+            return False
+    return True
+
+
+_KINDS: dict[type[fields.Field], str] = {}
+
+
+def _kind_of(fld: fields.Field) -> str:
+    kind = _KINDS.get(type(fld))
+    if kind is None:
+        kind = _KINDS[type(fld)] = ("object" if isinstance(fld, Obj) else "array" if isinstance(fld, Array) else
+                                    "map" if isinstance(fld, Map) else "leaf" if isinstance(fld, KubeField) else "")
+    return kind
+
+
+def _field_accepts(fld: fields.Field, value: Any, data: Mapping[str, Any]) -> bool:
+    if value is None:
+        return bool(fld.allow_none)
+    kind = _kind_of(fld)
+    try:
+        if kind == "leaf":
+            loaded = fld._deserialize(value, None, data)  # noqa: SLF001 (each kind's own type check)
+        elif kind == "object":
+            if type(value) is not dict or not accepts(fld.schema, value):
+                return False
+            loaded = value
+        elif kind == "array":
+            if type(value) is not list:
+                return False
+            inner = fld.inner  # type: ignore[attr-defined]
+            for item in value:
+                if not _field_accepts(inner, item, data):
+                    return False
+            loaded = value
+        elif kind == "map":
+            if type(value) is not dict:
+                return False
+            keys, values = fld.key_field, fld.value_field  # type: ignore[attr-defined]
+            for k, v in value.items():
+                if (keys is not None and not _field_accepts(keys, k, data)) or \
+                        (values is not None and not _field_accepts(values, v, data)):
+                    return False
+            loaded = value
+        else:
+            return False
+        for validator in fld.validators:
+            if validator(loaded) is False:
+                return False
+        return True
+    except Exception:  # whatever it is, marshmallow's load says it properly
+        return False
+
+
+def _causes(messages: Any, node: Schema | fields.Field | None, path: str) -> list[Cause]:
+    """Turn marshmallow's error tree into causes, using the schema to name each level."""
+    if isinstance(messages, Problem):
+        return [messages.cause(path)]
+    if isinstance(messages, str):
+        return [Cause(FIELD_VALUE_INVALID, messages, path)]
+    if isinstance(messages, list | tuple):
+        return [c for m in messages for c in _causes(m, node, path)]
+    if not isinstance(messages, Mapping):
+        return [Cause(FIELD_VALUE_INVALID, str(messages), path)]
+    if isinstance(node, fields.Nested):
+        node = node.schema
+    out: list[Cause] = []
+    for key, sub in messages.items():
+        if key == "_schema":  # errors about this level itself, merged with its children's
+            out += _causes(sub, None, path)
+        elif isinstance(node, Schema):
+            out += _causes(sub, field_of(node, str(key)), _join(path, str(key)))
+        elif isinstance(node, fields.List):
+            out += _causes(sub, node.inner, f"{path}[{key}]")
+        elif isinstance(node, fields.Dict) and isinstance(sub, Mapping):
+            for part, part_node in (("key", node.key_field), ("value", node.value_field)):
+                if part in sub:
+                    out += _causes(sub[part], part_node, f"{path}[{key}]")
+        else:
+            out += _causes(sub, None, f"{path}[{key}]")
+    return out
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+Unknown = tuple[dict[str, Any], str, str]  # (the dict holding it, its key, its path)
+
+
+def _unknown_in_schema(schema: Schema, value: Any, path: str) -> list[Unknown]:
+    if not isinstance(value, dict):
+        return []
+    out: list[Unknown] = []
+    for key, sub in value.items():
+        child_path = _join(path, str(key))
+        fld = field_of(schema, str(key))
+        out += [(value, key, child_path)] if fld is None else _unknown_in_field(fld, sub, child_path)
+    return out
+
+
+def _unknown_in_field(fld: fields.Field, value: Any, path: str) -> list[Unknown]:
+    if isinstance(fld, fields.Nested):
+        return _unknown_in_schema(fld.schema, value, path)
+    if isinstance(fld, fields.List) and isinstance(value, list):
+        return [u for i, item in enumerate(value) for u in _unknown_in_field(fld.inner, item, f"{path}[{i}]")]
+    if isinstance(fld, fields.Dict) and isinstance(value, dict) and fld.value_field is not None:
+        return [u for k, v in value.items() for u in _unknown_in_field(fld.value_field, v, f"{path}[{k}]")]
+    return []
+
+
+def iter_schemas(roots: Iterable[type[KubeSchema]]) -> list[type[KubeSchema]]:
+    """Every schema class reachable from ``roots`` (for publishing their definitions), roots first."""
+    found: list[type[KubeSchema]] = []
+    pending = list(roots)
+    while pending:
+        cls = pending.pop(0)
+        if cls in found:
+            continue
+        found.append(cls)
+        pending += [type(s) for s in _nested_schemas(cls())]
+    return found
+
+
+def _nested_schemas(schema: Schema) -> list[Schema]:
+    out: list[Schema] = []
+    for fld in schema.fields.values():
+        while isinstance(fld, fields.List | fields.Dict):
+            fld = fld.inner if isinstance(fld, fields.List) else fld.value_field
+        if isinstance(fld, fields.Nested):
+            out.append(fld.schema)
+    return out
+
+
+def unknown_in(schema: Schema, obj: dict[str, Any]) -> list[str]:
+    """Paths in ``obj`` that ``schema`` does not declare, in kube's format (``spec.foo``,
+    ``spec.promotePolicies[0].bar``)."""
+    return [path for _, _, path in _unknown_in_schema(schema, obj, "")]
+
+
+def prune(schema: Schema, obj: dict[str, Any]) -> list[str]:
+    """Drop, in place, what ``schema`` does not declare and store what it does in its declared type
+    (see :func:`apiserver.apis.schema.prune_unknown_fields`); returns the dropped paths."""
+    found = _unknown_in_schema(schema, obj, "")
+    for holder, key, _ in found:
+        holder.pop(key, None)
+    _normalize_schema(schema, obj)
+    return [path for _, _, path in found]
+
+
+def _normalize_schema(schema: Schema, value: Any) -> None:
+    if not isinstance(value, dict):
+        return
+    for key in list(value):
+        fld = field_of(schema, str(key))
+        if fld is None:
+            continue
+        sub = value[key]
+        if sub is None:
+            if fld.allow_none and not fld.required:
+                del value[key]
+            continue
+        value[key] = _normalize_field(fld, sub)
+
+
+def _normalize_field(fld: fields.Field, value: Any) -> Any:
+    if isinstance(fld, fields.Integer) and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(fld, fields.Nested):
+        _normalize_schema(fld.schema, value)
+    elif isinstance(fld, fields.List) and isinstance(value, list):
+        value[:] = [_normalize_field(fld.inner, item) if item is not None else None for item in value]
+    elif isinstance(fld, fields.Dict) and isinstance(value, dict) and fld.value_field is not None:
+        for k, v in value.items():
+            if v is not None:
+                value[k] = _normalize_field(fld.value_field, v)
+    return value
