@@ -19,8 +19,7 @@ from apiserver.endpoints.request import bool_param, timeout_seconds
 from apiserver.machinery import errors
 from apiserver.registry.rest import ListOptions
 from apiserver.registry.store import Registry
-from apiserver.storage.cacher import Watcher
-from apiserver.storage.interface import BOOKMARK, ERROR, Event
+from apiserver.storage.interface import BOOKMARK, ERROR, Event, Watch
 
 __all__ = ["WatchServer"]
 
@@ -121,7 +120,7 @@ class _Stream:
     """One open watch response, as the watchdog sees it."""
 
     task: asyncio.Task[Any]
-    watcher: Watcher
+    watcher: Watch
     request: web.Request
     deadline: float  # loop time at which timeoutSeconds is over
     writing_until: float = 0.0  # while a write is in flight: when it must have been taken

@@ -32,8 +32,7 @@ from apiserver.registry.rest import (
     WriteOptions,
 )
 from apiserver.registry.storageerrors import to_api_error
-from apiserver.storage.cacher import Watcher
-from apiserver.storage.interface import Entry, Event, ListResult, Storage, StorageError
+from apiserver.storage.interface import Entry, Event, ListResult, Storage, StorageError, Watch
 
 __all__ = ["Registry", "generate_name"]
 
@@ -89,7 +88,7 @@ class Registry:
             return await self.storage.list(namespace, opts)
 
     async def watch(self, namespace: str | None, opts: ListOptions, bookmarks: bool,
-                    send_initial_events: bool | None) -> tuple[Watcher, list[Event], int | None]:
+                    send_initial_events: bool | None) -> tuple[Watch, list[Event], int | None]:
         """Register a watcher; see :meth:`~apiserver.storage.delegator.CachedStore.watch`."""
         with self._translated():
             return await self.storage.watch(namespace, opts, bookmarks, send_initial_events)

@@ -17,7 +17,7 @@ import orjson
 from apiserver.machinery.selectors import FieldSelector, LabelSelector
 
 __all__ = ["ADDED", "BOOKMARK", "DELETED", "ERROR", "MODIFIED", "Entry", "Event", "ListOptions", "ListResult",
-           "Obj", "Predicate", "Storage", "StorageError", "UpdateFn", "match_all"]
+           "EventSource", "Obj", "Predicate", "Storage", "StorageError", "UpdateFn", "Watch", "match_all"]
 
 Obj = dict[str, Any]
 UpdateFn = Callable[[Obj], Awaitable[Obj | None]]
@@ -113,6 +113,29 @@ class ListResult:
         return meta
 
 
+class EventSource(Protocol):
+    """The events one watcher has yet to take, in order; None once the watch is over."""
+
+    def empty(self) -> bool: ...
+
+    def get_nowait(self) -> Event | None: ...
+
+    async def get(self) -> Event | None: ...
+
+
+class Watch(Protocol):
+    """One client's watch, as storage hands it out."""
+
+    queue: EventSource
+    closed_reason: str  # set once the watch is over, with why
+
+    def close(self, reason: str) -> None:
+        """End the watch: the reader gets what is queued, then the end."""
+
+    def stop(self) -> None:
+        """The reader is gone: nothing more is offered."""
+
+
 class StorageError(Exception):
     """A storage failure, by code; the registry decides what a client is told."""
 
@@ -156,3 +179,7 @@ class Storage(Protocol):
 
     async def delete(self, namespace: str, name: str, precondition: Callable[[Obj], None] | None = None) -> Obj:
         """Remove the object now; returns its last state."""
+
+    async def watch(self, namespace: str | None, opts: ListOptions, bookmarks: bool,
+                    send_initial_events: bool | None) -> tuple[Watch, list[Event], int | None]:
+        """A watch, its backlog, and the revision of its initial state when it has one."""
