@@ -541,25 +541,47 @@ def _join(path: str, name: str) -> str:
 Unknown = tuple[dict[str, Any], str, str]  # (the dict holding it, its key, its path)
 
 
-def _unknown_in_schema(schema: Schema, value: Any, path: str) -> list[Unknown]:
-    if not isinstance(value, dict):
-        return []
+def _unknown_in_schema(schema: Schema, value: Any, path: str, normalize: bool = False) -> list[Unknown]:
+    """What ``schema`` does not declare in ``value``; with ``normalize``, declared values are also put
+    in their declared type on the way (one walk: it runs on every write)."""
     out: list[Unknown] = []
-    for key, sub in value.items():
-        child_path = _join(path, str(key))
-        fld = field_of(schema, str(key))
-        out += [(value, key, child_path)] if fld is None else _unknown_in_field(fld, sub, child_path)
+    _walk_schema(schema, value, path, out, normalize)
     return out
 
 
-def _unknown_in_field(fld: fields.Field, value: Any, path: str) -> list[Unknown]:
+def _walk_schema(schema: Schema, value: Any, path: str, out: list[Unknown], normalize: bool) -> None:
+    if not isinstance(value, dict):
+        return
+    for key in list(value) if normalize else value:
+        sub = value[key]
+        fld = field_of(schema, str(key))
+        if fld is None:
+            out.append((value, key, _join(path, str(key))))
+        elif sub is None:
+            if normalize and fld.allow_none and not fld.required:
+                del value[key]  # null is absent: kube prunes the nulls of non-nullable fields
+        elif isinstance(sub, dict | list):
+            _walk_field(fld, sub, _join(path, str(key)), out, normalize)
+        elif normalize and type(sub) is float and isinstance(fld, fields.Integer) and sub.is_integer():
+            value[key] = int(sub)  # stored as Go stores a whole float64: 100, not 100.0
+
+
+def _walk_field(fld: fields.Field, value: Any, path: str, out: list[Unknown], normalize: bool) -> None:
     if isinstance(fld, fields.Nested):
-        return _unknown_in_schema(fld.schema, value, path)
-    if isinstance(fld, fields.List) and isinstance(value, list):
-        return [u for i, item in enumerate(value) for u in _unknown_in_field(fld.inner, item, f"{path}[{i}]")]
-    if isinstance(fld, fields.Dict) and isinstance(value, dict) and fld.value_field is not None:
-        return [u for k, v in value.items() for u in _unknown_in_field(fld.value_field, v, f"{path}[{k}]")]
-    return []
+        _walk_schema(fld.schema, value, path, out, normalize)
+    elif isinstance(fld, fields.List) and isinstance(value, list):
+        _walk_items(fld.inner, value, enumerate(value), path, out, normalize)
+    elif isinstance(fld, fields.Dict) and isinstance(value, dict) and fld.value_field is not None:
+        _walk_items(fld.value_field, value, list(value.items()), path, out, normalize)
+
+
+def _walk_items(fld: fields.Field, holder: Any, items: Iterable[tuple[Any, Any]], path: str, out: list[Unknown],
+                normalize: bool) -> None:
+    for k, v in items:
+        if isinstance(v, dict | list):
+            _walk_field(fld, v, f"{path}[{k}]", out, normalize)
+        elif normalize and type(v) is float and isinstance(fld, fields.Integer) and v.is_integer():
+            holder[k] = int(v)
 
 
 def iter_schemas(roots: Iterable[type[KubeSchema]]) -> list[type[KubeSchema]]:
@@ -594,37 +616,7 @@ def unknown_in(schema: Schema, obj: dict[str, Any]) -> list[str]:
 def prune(schema: Schema, obj: dict[str, Any]) -> list[str]:
     """Drop, in place, what ``schema`` does not declare and store what it does in its declared type
     (see :func:`apiserver.apis.schema.prune_unknown_fields`); returns the dropped paths."""
-    found = _unknown_in_schema(schema, obj, "")
+    found = _unknown_in_schema(schema, obj, "", normalize=True)
     for holder, key, _ in found:
         holder.pop(key, None)
-    _normalize_schema(schema, obj)
     return [path for _, _, path in found]
-
-
-def _normalize_schema(schema: Schema, value: Any) -> None:
-    if not isinstance(value, dict):
-        return
-    for key in list(value):
-        fld = field_of(schema, str(key))
-        if fld is None:
-            continue
-        sub = value[key]
-        if sub is None:
-            if fld.allow_none and not fld.required:
-                del value[key]
-            continue
-        value[key] = _normalize_field(fld, sub)
-
-
-def _normalize_field(fld: fields.Field, value: Any) -> Any:
-    if isinstance(fld, fields.Integer) and isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(fld, fields.Nested):
-        _normalize_schema(fld.schema, value)
-    elif isinstance(fld, fields.List) and isinstance(value, list):
-        value[:] = [_normalize_field(fld.inner, item) if item is not None else None for item in value]
-    elif isinstance(fld, fields.Dict) and isinstance(value, dict) and fld.value_field is not None:
-        for k, v in value.items():
-            if v is not None:
-                value[k] = _normalize_field(fld.value_field, v)
-    return value
