@@ -42,12 +42,12 @@ def _classes() -> dict[str, type[kubefields.KubeSchema]]:
 
 
 def _list_extensions(fld: fields.Field) -> dict[str, Any]:
-    """``Unique`` on a list of scalars is a set; keyed by a sub-field it is a map list."""
-    for validator in fld.validators:
-        if isinstance(validator, kubefields.Unique):
-            if validator.sub:
-                return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [validator.sub]}
-            return {"x-kubernetes-list-type": "set"}
+    """The list type the schema declares (:func:`apiserver.machinery.fields.list_type`)."""
+    relationship, keys = kubefields.list_type(fld)
+    if relationship == "map":
+        return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+    if relationship == "set":
+        return {"x-kubernetes-list-type": "set"}
     return {}
 
 

@@ -25,6 +25,8 @@ from apiserver.apis.resource import VIRTUALCLUSTERS
 from apiserver.machinery.errors import Cause
 from apiserver.machinery.fields import (
     FIELDS_V1_REF,
+    LIST_MAP_KEYS,
+    LIST_TYPE,
     META,
     Array,
     Bool,
@@ -276,10 +278,11 @@ class ObjectMetaSchema(KubeSchema):
                                      format="int64")
     labels = Map(Str(), "Map of string keys and values used to organize and select objects.")
     annotations = Map(Str(), "Unstructured key value map stored with the object, set by external tools.")
+    # The list types are kube's own for ObjectMeta (its +listType markers): field management reads them.
     ownerReferences = Array(Obj(OwnerReferenceSchema), "Objects this object depends on; it is garbage collected "
-                            "when all of them are gone.")
+                            "when all of them are gone.", metadata={LIST_TYPE: "map", LIST_MAP_KEYS: ["uid"]})
     finalizers = Array(Str(), "Entries that must be empty before the object is removed from the registry; the "
-                       "server adds kosmos.io/virtualcluster on create.")
+                       "server adds kosmos.io/virtualcluster on create.", metadata={LIST_TYPE: "set"})
     managedFields = Array(Obj(ManagedFieldsEntrySchema), "Which field manager manages which fields. Mostly for "
                           "internal housekeeping.")
 

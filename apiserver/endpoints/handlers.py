@@ -114,7 +114,7 @@ class ResourceHandlers:
 
     async def create(self, request: web.Request) -> web.Response:
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
-        opts = write_options(request)
+        opts = write_options(request, "CreateOptions")
         obj, warnings = await self._body(request, opts)
         result = await self.registry.create(request.match_info["namespace"], obj, opts)
         return self._write_result(result, warnings, target, request, 201)
@@ -144,7 +144,7 @@ class ResourceHandlers:
 
     async def update(self, request: web.Request) -> web.Response:
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
-        opts = write_options(request)
+        opts = write_options(request, "UpdateOptions")
         name = request.match_info["name"]
         obj, warnings = await self._body(request, opts, name)
         result = await self.registry.update(request.match_info["namespace"], name, obj, opts,
@@ -153,7 +153,7 @@ class ResourceHandlers:
 
     async def patch(self, request: web.Request) -> web.Response:
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
-        opts = write_options(request)
+        opts = write_options(request, "PatchOptions")
         patcher = patch.decode(request.headers.get("Content-Type", ""), await request.read())
         name = request.match_info["name"]
         warnings: list[str] = []

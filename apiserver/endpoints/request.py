@@ -23,6 +23,8 @@ from apiserver.machinery.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
+from apiserver.machinery.validation import validate_field_manager
+from apiserver.registry.fieldmanager import manager_from_user_agent
 from apiserver.registry.rest import DeleteOptions, ListOptions, WriteOptions
 
 __all__ = ["FIELD_VALIDATION", "RequestInfo", "bool_param", "delete_options", "dry_run", "field_validation",
@@ -126,10 +128,19 @@ def field_validation(query: Any) -> str:
     return normalized
 
 
-def write_options(request: web.Request) -> WriteOptions:
+def write_options(request: web.Request, kind: str = "") -> WriteOptions:
+    """A write's options. Given the options ``kind`` (CreateOptions, UpdateOptions, PatchOptions)
+    the fieldManager is checked as kube checks it (422), and when absent the manager is named after
+    the User-Agent (kube's ``managerOrUserAgent``)."""
     query = request.rel_url.query
-    return WriteOptions(dry_run=dry_run(query.getall("dryRun", [])), field_validation=field_validation(query),
+    opts = WriteOptions(dry_run=dry_run(query.getall("dryRun", [])), field_validation=field_validation(query),
                         field_manager=query.get("fieldManager", ""))
+    if kind:
+        causes = validate_field_manager(opts.field_manager, "fieldManager")
+        if causes:
+            raise _invalid_options(kind, causes)
+        opts.field_manager = opts.field_manager or manager_from_user_agent(request.headers.get("User-Agent", ""))
+    return opts
 
 
 # -- list and watch options --------------------------------------------------------------

@@ -230,6 +230,26 @@ class Unique(validate.Validator):
         return items
 
 
+LIST_TYPE = "x-kubernetes-list-type"
+LIST_MAP_KEYS = "x-kubernetes-list-map-keys"
+
+
+def list_type(fld: fields.Field) -> tuple[str, tuple[str, ...]]:
+    """How a list field merges, as its ``x-kubernetes-list-type`` says: ``("atomic", ())``,
+    ``("set", ())`` or ``("map", keys)``. Declared on the field (``metadata={LIST_TYPE: ...}``, as
+    ObjectMeta's finalizers and ownerReferences are), or else read from its :class:`Unique`
+    validator: unique scalars are a set, items unique by a sub-field a map keyed by it. A CRD
+    derived from the schema publishes the same (``bench/crd.py``); field management splits
+    objects by it (:mod:`apiserver.machinery.fieldpath`)."""
+    declared = fld.metadata.get(LIST_TYPE)
+    if declared:
+        return declared, tuple(fld.metadata.get(LIST_MAP_KEYS, ()))
+    for validator in fld.validators:
+        if isinstance(validator, Unique):
+            return ("map", (validator.sub,)) if validator.sub else ("set", ())
+    return "atomic", ()
+
+
 def _label_map_errors(labels: dict[str, str]) -> list[Problem]:
     """Kube reports bad label keys and values at the map itself, not at ``[key]``."""
     return [Problem(FIELD_VALUE_INVALID, msg, bad)

@@ -335,4 +335,47 @@ def validate_object_meta(meta: Mapping[str, Any], namespaced: bool, name_rule: N
     causes.extend(validate_annotations(meta.get("annotations"), f"{field}.annotations"))
     causes.extend(validate_owner_references(meta.get("ownerReferences"), f"{field}.ownerReferences"))
     causes.extend(validate_finalizers(meta.get("finalizers"), f"{field}.finalizers"))
+    causes.extend(validate_managed_fields(meta.get("managedFields"), f"{field}.managedFields"))
+    return causes
+
+
+FIELD_MANAGER_MAX_LENGTH = 128
+SUBRESOURCE_MAX_LENGTH = 256
+
+
+def validate_field_manager(manager: str, field: str) -> list[Cause]:
+    """``ValidateFieldManager``: at most 128 bytes, printable characters only."""
+    causes = []
+    if len(manager.encode("utf-8", "surrogatepass")) > FIELD_MANAGER_MAX_LENGTH:
+        causes.append(too_long_value(field, FIELD_MANAGER_MAX_LENGTH))
+    position = 0
+    for char in manager:
+        if not char.isprintable():
+            causes.append(invalid_value(field, manager,
+                                        f"invalid character U+{ord(char):04X} (at position {position})"))
+        position += len(char.encode("utf-8", "surrogatepass"))
+    return causes
+
+
+def validate_managed_fields(entries: Any, field: str) -> list[Cause]:
+    """``ValidateManagedFields`` of the entries a write leaves (operation, fieldsType, manager,
+    subresource); entries that did not decode never get here (the store ignores them)."""
+    if not isinstance(entries, list):
+        return []
+    causes: list[Cause] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            continue
+        path = f"{field}[{i}]"
+        operation = entry.get("operation") or ""
+        if operation not in ("Apply", "Update"):
+            causes.append(invalid_value(f"{path}.operation", operation, "must be `Apply` or `Update`"))
+        fields_type = entry.get("fieldsType") or ""
+        if fields_type and fields_type != "FieldsV1":
+            causes.append(invalid_value(f"{path}.fieldsType", fields_type, "must be `FieldsV1`"))
+        if isinstance(entry.get("manager"), str):
+            causes.extend(validate_field_manager(entry["manager"], f"{path}.manager"))
+        subresource = entry.get("subresource")
+        if isinstance(subresource, str) and len(subresource.encode("utf-8", "surrogatepass")) > SUBRESOURCE_MAX_LENGTH:
+            causes.append(too_long_value(f"{path}.subresource", SUBRESOURCE_MAX_LENGTH))
     return causes

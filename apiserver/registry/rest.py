@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from apiserver.apis.resource import ResourceInfo
 from apiserver.machinery.errors import Cause
+from apiserver.machinery.fieldpath import Type
 from apiserver.storage.interface import ListOptions
 
 __all__ = ["Column", "DeleteOptions", "ListOptions", "Obj", "Result", "Strategy", "UpdatedObject",
@@ -30,7 +31,7 @@ class WriteOptions:
 
     dry_run: bool = False
     field_validation: str = "Warn"  # Strict | Warn | Ignore
-    field_manager: str = ""
+    field_manager: str = ""  # the manager of managedFields entries: fieldManager, else from the User-Agent
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Column:
 class Strategy(Protocol):
     info: ResourceInfo
     columns: Sequence[Column]
+    field_type: Type  # how field management splits an object into fields (from the schema)
 
     def prepare_for_create(self, obj: Obj) -> None:
         """Normalise a new object (drop status, set generation, add finalizers)."""

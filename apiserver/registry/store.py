@@ -22,6 +22,7 @@ from apiserver.machinery.jsonutil import json_copy
 from apiserver.machinery.timefmt import now_rfc3339
 from apiserver.registry.admission import Admission
 from apiserver.registry.dryrun import DryRunnableStorage
+from apiserver.registry.fieldmanager import FieldManager, timestamps_only_changed
 from apiserver.registry.rest import (
     DeleteOptions,
     ListOptions,
@@ -37,7 +38,7 @@ from apiserver.storage.interface import Entry, Event, ListResult, Storage, Stora
 __all__ = ["Registry", "generate_name"]
 
 SYSTEM_FIELDS_ON_CREATE = ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
-                           "selfLink", "managedFields")
+                           "selfLink")
 SYSTEM_FIELDS_KEPT_ON_UPDATE = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                                 "generation")
 
@@ -57,6 +58,7 @@ class Registry:
         self.strategy = strategy
         self.info = strategy.info
         self.admission = list(admission)
+        self.field_manager = FieldManager(strategy.field_type, self.info.group_version)
 
     @contextlib.contextmanager
     def _translated(self, name: str = "") -> Iterator[None]:
@@ -106,6 +108,7 @@ class Registry:
     async def create(self, namespace: str, obj: Obj, opts: WriteOptions) -> Result:
         """Store a new object (``obj`` is decoded, checked for its kind and pruned; it is taken over)."""
         self._check_namespace(obj, namespace)
+        self.field_manager.update(None, obj, opts.field_manager)
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = generate_name(str(meta["generateName"]))
@@ -152,7 +155,20 @@ class Registry:
             new["metadata"]["name"] = name
             if str(new["metadata"].get("resourceVersion", "")) != current["metadata"]["resourceVersion"]:
                 raise self._conflict(name)
-            return self._prepare_update(new, current, subresource)
+            self.field_manager.update(current, new, opts.field_manager, subresource)
+            managed_fields = new["metadata"].get("managedFields")
+            new = self._prepare_update(new, current, subresource)
+            if managed_fields is None:  # the strategy may have copied the stored object's metadata
+                new["metadata"].pop("managedFields", None)
+            else:
+                new["metadata"]["managedFields"] = managed_fields
+            if timestamps_only_changed(new, current):
+                new["metadata"]["managedFields"] = current["metadata"]["managedFields"]
+            # managedFields are rewritten on every write: keep metadata's keys where the stored object
+            # has them, so that a write changing nothing encodes to the stored bytes (a no-op).
+            order = {key: i for i, key in enumerate(current["metadata"])}
+            new["metadata"] = dict(sorted(new["metadata"].items(), key=lambda kv: order.get(kv[0], len(order))))
+            return new
         with self._translated(name):
             _, new = await self._writes.guaranteed_update(namespace, name, update, opts.dry_run,
                                                           expected_rv=expected_rv)
@@ -174,7 +190,6 @@ class Registry:
                 else:
                     meta.pop(system_field, None)
             meta.pop("selfLink", None)
-            meta.pop("managedFields", None)
             self.strategy.prepare_for_update(new, old)
             causes = validation.validate_object_meta(meta, namespaced=True) + self.strategy.validate_update(new, old)
             if old_meta.get("deletionTimestamp"):

@@ -8,6 +8,7 @@ from apiserver.apis import schema
 from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER, VIRTUALCLUSTERS
 from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
+from apiserver.machinery.fieldpath import type_of
 from apiserver.machinery.golang import go_bad_value
 from apiserver.machinery.jsonutil import json_copy
 from apiserver.machinery.timefmt import age
@@ -35,6 +36,7 @@ def ready_nodes(obj: Obj) -> int:
 
 class VirtualClusterStrategy:
     info = VIRTUALCLUSTERS
+    field_type = type_of(schema.VirtualClusterSchema)
     columns = (
         Column("Name", "string", "Name must be unique within a namespace.", format="name"),
         Column("Phase", "string", "Lifecycle phase of the virtual cluster."),

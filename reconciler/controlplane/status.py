@@ -22,7 +22,7 @@ from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
 from reconciler.nodes.promoter import NodeReport
 from reconciler.nodes.selection import requests_nodes
-from reconciler.runtime.base import ControlPlaneState, RuntimeFailure
+from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, RuntimeFailure
 
 Obj = dict[str, Any]
 
@@ -206,7 +206,8 @@ async def patch_object(registry: Registry, obj: Obj, body: Obj, subresource: str
         if unknown:  # the reconciler writes only what the schema knows: anything else is a bug here
             raise errors.internal(f"the reconciler wrote fields the schema does not know: {', '.join(unknown)}")
         return new
-    result = await registry.update_with(meta["namespace"], meta["name"], patched, WriteOptions(), subresource)
+    result = await registry.update_with(meta["namespace"], meta["name"], patched,
+                                             WriteOptions(field_manager=FIELD_MANAGER), subresource)
     return result.obj
 
 

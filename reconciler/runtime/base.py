@@ -9,6 +9,12 @@ from certs.tenant import TenantPki
 
 Obj = dict[str, Any]
 
+# The reconciler's name wherever it writes: the field manager of the host objects it applies and of
+# its own status writes to VirtualClusters (recorded in their managedFields). Those status writes go
+# straight to the registry, with no User-Agent for kube's rule to name them by, so the name is the
+# server's own, as a kube controller is named after its binary.
+FIELD_MANAGER = "vc-apiserver"
+
 
 @dataclass(frozen=True)
 class ControlPlaneState:

@@ -128,8 +128,13 @@ async def test_create_drops_the_system_fields_a_client_sends(registry: Registry,
     assert meta["resourceVersion"] != "42"
     assert meta["creationTimestamp"] != "2000-01-01T00:00:00Z"
     assert meta["generation"] == 1
-    for dropped in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+    for dropped in ("deletionTimestamp", "deletionGracePeriodSeconds"):
         assert dropped not in meta
+    # managedFields are the client's to write, but an entry that does not decode (no apiVersion,
+    # no fieldsType) is ignored as kube ignores it: the create is tracked from scratch, and a
+    # manager without a name is "unknown".
+    [entry] = meta["managedFields"]
+    assert (entry["manager"], entry["operation"], entry["apiVersion"]) == ("unknown", "Update", "kosmos.io/v1alpha1")
     assert "status" not in created
     assert await stored(etcd_store, ns, "forged") == created
 

@@ -1,0 +1,286 @@
+"""Field sets: which fields of an object a write touched, as server-side apply records them
+(sigs.k8s.io/structured-merge-diff ``fieldpath`` and ``typed``), and their FieldsV1 encoding.
+
+A path is a tuple of serialized path elements, exactly as FieldsV1 spells them: ``f:<name>`` (a
+struct field or map key), ``k:<json>`` (a map-list item, the compact JSON of its key fields sorted
+by name), ``v:<json>`` (a set item) and ``i:<n>`` (a list index, never produced here but read). A
+field set is a Python ``set`` of such paths, so union, difference and intersection are set algebra.
+
+How an object is split into paths comes from its type (:class:`Type`), derived once from the
+schema's field kinds (:func:`type_of`): nested schemas are structs, ``Map`` fields granular maps,
+``Array`` fields lists whose relationship is :func:`apiserver.machinery.fields.list_type`
+(atomic unless declared a set or a map keyed by fields), everything else a scalar.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marshmallow import Schema, fields
+
+from apiserver.machinery.fields import field_of, list_type
+
+__all__ = ["ATOMIC", "Comparison", "FieldsV1Error", "Path", "Type", "TypingError", "compare", "from_fields_v1",
+           "to_fields_v1", "type_of", "without_prefixes"]
+
+Path = tuple[str, ...]
+
+SCALAR, STRUCT, MAP, LIST = "scalar", "struct", "map", "list"
+
+
+class TypingError(ValueError):
+    """An object cannot be split into paths by its type (a map-list item that is not an object)."""
+
+
+class FieldsV1Error(ValueError):
+    """A FieldsV1 document that does not decode (a value that is not an object, bad JSON after ``k:``)."""
+
+
+@dataclass
+class Type:
+    """One node of the schema as field management sees it."""
+
+    kind: str = SCALAR
+    fields: dict[str, Type] = field(default_factory=dict)  # struct
+    elem: Type | None = None  # map values, list items
+    relationship: str = "atomic"  # list: atomic | set | map; map: granular | atomic
+    keys: tuple[str, ...] = ()  # list of relationship map
+
+
+ATOMIC = Type()
+
+_TYPES: dict[type[Schema], Type] = {}
+
+
+def type_of(schema: type[Schema]) -> Type:
+    """The struct type a schema declares (cached; recursive schemas are not used by kube objects)."""
+    found = _TYPES.get(schema)
+    if found is None:
+        found = _TYPES[schema] = Type(STRUCT)
+        instance = schema()
+        field_of(instance, "")  # builds the key index
+        found.fields = {(fld.data_key or attr): _field_type(fld) for attr, fld in instance.fields.items()}
+    return found
+
+
+def _field_type(fld: fields.Field) -> Type:
+    if isinstance(fld, fields.Nested):
+        return type_of(type(fld.schema))
+    if isinstance(fld, fields.List):
+        relationship, keys = list_type(fld)
+        return Type(LIST, elem=_field_type(fld.inner), relationship=relationship, keys=keys)
+    if isinstance(fld, fields.Dict):
+        value = fld.value_field
+        return Type(MAP, elem=_field_type(value) if value is not None else ATOMIC,
+                    relationship=fld.metadata.get("x-kubernetes-map-type", "granular"))
+    return ATOMIC
+
+
+# --------------------------------------------------------------------------- path elements
+
+
+def go_json(value: Any) -> str:
+    """Compact JSON as Go's encoder writes it: sorted keys, HTML-escaped, UTF-8 kept."""
+    text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _item_element(t: Type, item: Any) -> str:
+    if t.relationship == "set":
+        if isinstance(item, dict | list):
+            raise TypingError("only scalar values may be items of a set")
+        return "v:" + go_json(item)
+    if not isinstance(item, dict):
+        raise TypingError("associative list with keys may not have non-map elements")
+    key = {name: item[name] for name in t.keys if name in item}
+    if not key:
+        raise TypingError(f"associative list item has none of the keys {list(t.keys)}")
+    return "k:" + go_json(key)
+
+
+# --------------------------------------------------------------------------- comparison
+
+_MISSING: Any = object()
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """JSON equality (``True`` is not ``1``; ``1`` is ``1.0``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, str) or isinstance(b, str):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
+
+
+@dataclass
+class Comparison:
+    """What changed from one object to the next (``typed.Comparison``)."""
+
+    added: set[Path] = field(default_factory=set)
+    modified: set[Path] = field(default_factory=set)
+    removed: set[Path] = field(default_factory=set)
+
+    def without_prefixes(self, prefixes: Iterable[Path]) -> Comparison:
+        prefixes = tuple(prefixes)
+        return Comparison(without_prefixes(self.added, prefixes), without_prefixes(self.modified, prefixes),
+                          without_prefixes(self.removed, prefixes))
+
+
+def compare(lhs: Any, rhs: Any, t: Type) -> Comparison:
+    """The paths added, modified and removed from ``lhs`` to ``rhs``: leaves (scalars, atomic lists
+    and maps, empty containers) by value; structs, granular maps, granular lists and their items
+    when they appear or disappear."""
+    out = Comparison()
+    _compare(lhs, rhs, t, (), out)
+    return out
+
+
+def _leaf(lhs: Any, rhs: Any, path: Path, out: Comparison) -> None:
+    if lhs is _MISSING:
+        out.added.add(path)
+    elif rhs is _MISSING:
+        out.removed.add(path)
+    elif not _equal(lhs, rhs):
+        out.modified.add(path)
+
+
+def _container(value: Any, expected: type) -> Any:
+    """The container a value holds for its type, None for null/absent, _MISSING on a type mismatch."""
+    if value is _MISSING or value is None:
+        return None
+    return value if isinstance(value, expected) else _MISSING
+
+
+def _compare(lhs: Any, rhs: Any, t: Type, path: Path, out: Comparison) -> None:
+    if t.kind == SCALAR or (t.kind == LIST and t.relationship == "atomic") or \
+            (t.kind == MAP and t.relationship == "atomic"):
+        _leaf(lhs, rhs, path, out)
+        return
+    expected = list if t.kind == LIST else dict
+    lc, rc = _container(lhs, expected), _container(rhs, expected)
+    if lc is _MISSING or rc is _MISSING:  # not of its declared type: validation says so; here a leaf
+        _leaf(lhs, rhs, path, out)
+        return
+    if not lc and not rc:  # both empty or absent: a leaf, keeping the empty/null distinction
+        _leaf(lhs, rhs, path, out)
+        return
+    if t.kind == LIST:
+        left, right = _index(t, lc), _index(t, rc)
+        elem = t.elem or ATOMIC
+        for pe, item in left.items():
+            _compare(item, right.get(pe, _MISSING), elem, (*path, pe), out)
+        for pe, item in right.items():
+            if pe not in left:
+                _compare(_MISSING, item, elem, (*path, pe), out)
+    else:
+        lm, rm = lc or {}, rc or {}
+        for key in lm.keys() | rm.keys():
+            sub = t.fields.get(key) if t.kind == STRUCT else t.elem
+            _compare(lm.get(key, _MISSING), rm.get(key, _MISSING), sub or ATOMIC, (*path, "f:" + key), out)
+    if lhs is _MISSING:
+        out.added.add(path)
+    elif rhs is _MISSING:
+        out.removed.add(path)
+
+
+def _index(t: Type, items: list[Any] | None) -> dict[str, Any]:
+    """A granular list's items by path element; a repeated item counts once (its first occurrence)."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        out.setdefault(_item_element(t, item), item)
+    return out
+
+
+def without_prefixes(paths: set[Path], prefixes: Iterable[Path]) -> set[Path]:
+    """``paths`` without those at or under any of ``prefixes`` (a reset-field filter)."""
+    prefixes = tuple(prefixes)
+    if not prefixes:
+        return set(paths)
+    return {p for p in paths if not any(p[:len(pre)] == pre for pre in prefixes)}
+
+
+# --------------------------------------------------------------------------- FieldsV1
+
+
+def to_fields_v1(paths: Iterable[Path]) -> dict[str, Any]:
+    """The FieldsV1 trie of a set: ``"."`` marks a member that also has children; keys sorted, as
+    kube emits a custom resource's JSON."""
+    root: dict[str, Any] = {}
+    members: set[int] = set()
+    for path in paths:
+        node = root
+        for pe in path:
+            node = node.setdefault(pe, {})
+        members.add(id(node))
+    return _finish(root, members, top=True)
+
+
+def _finish(node: dict[str, Any], members: set[int], top: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if node and id(node) in members and not top:
+        out["."] = {}
+    for key in sorted(node):
+        out[key] = _finish(node[key], members)
+    return out
+
+
+_PREFIXES = ("f:", "k:", "v:", "i:")
+
+
+def from_fields_v1(doc: Any) -> set[Path]:
+    """The set a FieldsV1 document encodes (``FieldsToSet``): a node is a member when it says
+    ``"."`` or has no children; elements of unknown kinds are dropped; anything malformed raises
+    :class:`FieldsV1Error`."""
+    if not isinstance(doc, Mapping):
+        raise FieldsV1Error("FieldsV1 must be a JSON object")
+    out: set[Path] = set()
+    _read(doc, (), out)
+    return out
+
+
+def _read(node: Mapping[str, Any], path: Path, out: set[Path]) -> bool:
+    """Collect ``node``'s members under ``path``; True when ``node`` itself is a member."""
+    member, children = False, False
+    for key, sub in node.items():
+        if not isinstance(sub, Mapping):
+            raise FieldsV1Error(f"the value of {key!r} must be an object")
+        if key == ".":
+            member = True
+            continue
+        pe = _canonical_element(key)
+        if pe is None:
+            continue
+        children = True
+        if _read(sub, (*path, pe), out):
+            out.add((*path, pe))
+    return member or not children
+
+
+def _canonical_element(key: str) -> str | None:
+    if len(key) < 2 or key[1] != ":":
+        raise FieldsV1Error(f"missing colon: {key}")
+    kind, rest = key[0], key[2:]
+    if kind == "f":
+        return key
+    if kind == "i":
+        try:
+            return f"i:{int(rest)}"
+        except ValueError:
+            raise FieldsV1Error(f"bad index: {key}") from None
+    if kind in "kv":
+        try:
+            value = json.loads(rest)
+        except ValueError:
+            raise FieldsV1Error(f"bad JSON in {key}") from None
+        if kind == "k" and not isinstance(value, dict):
+            raise FieldsV1Error(f"a key must be a JSON object: {key}")
+        return f"{kind}:{go_json(value)}"
+    return None

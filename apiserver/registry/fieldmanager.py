@@ -1,0 +1,306 @@
+"""``metadata.managedFields`` kept up to date on every non-apply write, as kube-apiserver keeps them
+for a custom resource (k8s.io/apimachinery ``pkg/util/managedfields/internal``: ``fieldmanager.go``,
+``skipnonapplied.go``, ``capmanagers.go``, ``buildmanagerinfo.go``, ``managedfieldsupdater.go``,
+``stripmeta.go``, ``managedfields.go``; sigs.k8s.io/structured-merge-diff ``merge/update.go``).
+
+A write (create, update, patch, status write) is recorded as an ``Update`` entry of its manager:
+
+* the base is the request's ``managedFields`` when they decode and are not empty (that is how
+  clients rename, fold and reset entries), ``[]`` or ``[{}]`` means none, anything else the live
+  object's; a status write always starts from the live object's;
+* an update of an object that has no entries stays untracked (until an apply); a create is tracked;
+* every entry loses the fields this write changed, added or removed; the manager's entry
+  (manager, ``Update``, apiVersion, subresource) gains what it changed or added, minus the fields
+  no one owns (``apiVersion``, ``kind``, ``metadata.name``, ...) and what the endpoint may not
+  write (``status`` on the main resource; ``metadata`` and ``spec`` on ``/status``), and its
+  ``time`` becomes now — only if it gained something, so a write that changes nothing touches no
+  entry;
+* empty entries are dropped; beyond ten Update entries the oldest are merged into an
+  ``ancient-changes`` entry per apiVersion;
+* entries are sorted (Apply first, then by time, manager, apiVersion, subresource).
+
+The pure rules live here; :mod:`apiserver.registry.store` calls :meth:`FieldManager.update` on the
+decoded object before the strategy prepares it, as kube's handlers call ``UpdateNoErrors``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from apiserver.machinery.fieldpath import (
+    FieldsV1Error,
+    Path,
+    Type,
+    TypingError,
+    compare,
+    from_fields_v1,
+    go_json,
+    to_fields_v1,
+)
+from apiserver.machinery.timefmt import parse_rfc3339
+from apiserver.machinery.validation import FIELD_MANAGER_MAX_LENGTH
+
+__all__ = ["ANCIENT_CHANGES", "MAX_UPDATE_MANAGERS", "FieldManager", "ManagedEntry", "decode_managed_fields",
+           "encode_managed_fields", "manager_from_user_agent", "timestamps_only_changed"]
+
+APPLY, UPDATE = "Apply", "Update"
+FIELDS_V1 = "FieldsV1"
+MAX_UPDATE_MANAGERS = 10  # DefaultMaxUpdateManagers
+ANCIENT_CHANGES = "ancient-changes"
+UNKNOWN_MANAGER = "unknown"
+
+# Paths no manager ever owns (stripmeta.go).
+STRIPPED: frozenset[Path] = frozenset({
+    ("f:apiVersion",), ("f:kind",), ("f:metadata",),
+    *(("f:metadata", f"f:{name}") for name in ("name", "namespace", "creationTimestamp", "selfLink", "uid",
+                                                "clusterName", "generation", "managedFields", "resourceVersion")),
+})
+
+# What each endpoint may not write, so never records (the CRD strategies' GetResetFields).
+RESET_FIELDS: dict[str, tuple[Path, ...]] = {
+    "": (("f:status",),),
+    "status": (("f:metadata",), ("f:spec",)),
+}
+
+
+@dataclass
+class ManagedEntry:
+    """One decoded entry: its identity, its field set and its time (``None`` when it has none)."""
+
+    manager: str
+    operation: str
+    api_version: str
+    subresource: str = ""
+    time: dt.datetime | None = None
+    paths: set[Path] = field(default_factory=set)
+
+    @property
+    def identity(self) -> str:
+        """``BuildManagerIdentifier``: the entry's JSON without fields and time, and without the
+        apiVersion for an Apply (an applier is one entry whatever version it applies)."""
+        parts = [f'"manager":{_go_string(self.manager)}', f'"operation":{_go_string(self.operation)}']
+        if self.api_version and self.operation != APPLY:
+            parts.append(f'"apiVersion":{_go_string(self.api_version)}')
+        if self.subresource:
+            parts.append(f'"subresource":{_go_string(self.subresource)}')
+        return "{" + ",".join(parts) + "}"
+
+    @property
+    def seconds(self) -> int:
+        return int(self.time.timestamp()) if self.time is not None else 0
+
+    def encode(self) -> dict[str, Any]:
+        """The wire form, keys sorted as kube emits a custom resource."""
+        out: dict[str, Any] = {"apiVersion": self.api_version, "fieldsType": FIELDS_V1,
+                               "fieldsV1": to_fields_v1(self.paths), "manager": self.manager,
+                               "operation": self.operation}
+        if self.subresource:
+            out["subresource"] = self.subresource
+        if self.time is not None:
+            out["time"] = self.time.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return out
+
+
+def _go_string(value: str) -> str:
+    return go_json(value)
+
+
+class DecodeError(ValueError):
+    """Request or stored managedFields that do not decode: the other source is used instead."""
+
+
+Managed = dict[str, ManagedEntry]  # by identity
+
+
+def _entry_from(raw: Any) -> ManagedEntry:
+    """``GetManagedFields`` then ``DecodeManagedFields`` for one entry."""
+    if not isinstance(raw, Mapping):
+        raise DecodeError("a managedFields entry must be an object")
+    text = {}
+    for key in ("manager", "operation", "apiVersion", "fieldsType", "subresource"):
+        value = raw.get(key)
+        if value is not None and not isinstance(value, str):
+            raise DecodeError(f"{key} must be a string")
+        text[key] = value or ""
+    if text["operation"] not in (APPLY, UPDATE):
+        raise DecodeError("operation must be `Apply` or `Update`")
+    if not text["apiVersion"]:
+        raise DecodeError("apiVersion must not be empty")
+    if text["fieldsType"] != FIELDS_V1:
+        raise DecodeError(f"invalid fieldsType {text['fieldsType']!r}")
+    when = raw.get("time")
+    parsed: dt.datetime | None = None
+    if when is not None:
+        if not isinstance(when, str):
+            raise DecodeError("time must be a string")
+        try:
+            parsed = parse_rfc3339(when)
+        except ValueError:
+            raise DecodeError("time must be RFC 3339") from None
+    fields_v1 = raw.get("fieldsV1")
+    try:
+        paths = from_fields_v1(fields_v1) if fields_v1 is not None else set()
+    except FieldsV1Error as e:
+        raise DecodeError(str(e)) from None
+    return ManagedEntry(text["manager"], text["operation"], text["apiVersion"], text["subresource"], parsed, paths)
+
+
+def decode_managed_fields(raw: Any) -> Managed:
+    """Entries by identity (a later duplicate wins); :class:`DecodeError` when any does not decode."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise DecodeError("managedFields must be a list")
+    out: Managed = {}
+    for item in raw:
+        entry = _entry_from(item)
+        out[entry.identity] = entry
+    return out
+
+
+def _is_reset(raw: Any) -> bool:
+    """``[]`` or ``[{}]`` (an entry whose every field is empty): the client drops all entries."""
+    if not isinstance(raw, list):
+        return False
+    if not raw:
+        return True
+    return len(raw) == 1 and isinstance(raw[0], Mapping) and all(
+        raw[0].get(key) in (None, "") for key in ("manager", "operation", "apiVersion", "time", "fieldsType",
+                                                   "subresource")) and raw[0].get("fieldsV1") is None
+
+
+def _decode_or_empty(raw: Any) -> Managed:
+    try:
+        return decode_managed_fields(raw)
+    except DecodeError:
+        return {}
+
+
+def encode_managed_fields(managed: Managed) -> list[dict[str, Any]]:
+    """Entries in kube's order: Apply before Update, then time (seconds), manager, apiVersion, subresource."""
+    ordered = sorted(managed.values(), key=lambda e: (e.operation, e.seconds, e.manager, e.api_version,
+                                                      e.subresource))
+    return [e.encode() for e in ordered]
+
+
+def manager_from_user_agent(user_agent: str) -> str:
+    """kube's ``prefixFromUserAgent``: the User-Agent up to its first ``/``, printable characters
+    only, at most 128 bytes (``kubectl/v1.31.0 (linux/amd64)`` is ``kubectl``)."""
+    out, size = [], 0
+    for char in user_agent.split("/", 1)[0]:
+        if not char.isprintable():
+            continue
+        width = len(char.encode("utf-8", "surrogatepass"))
+        if size + width > FIELD_MANAGER_MAX_LENGTH:
+            break
+        out.append(char)
+        size += width
+    return "".join(out)
+
+
+def _without_times(entries: Any) -> Any:
+    if not isinstance(entries, list):
+        return entries
+    return [{k: v for k, v in e.items() if k != "time"} if isinstance(e, Mapping) else e for e in entries]
+
+
+def timestamps_only_changed(new: dict[str, Any], live: dict[str, Any]) -> bool:
+    """Whether ``new`` differs from ``live`` only in managedFields times (kube's
+    ``IgnoreManagedFieldsTimestampsTransformer``): then the live times are put back and the write
+    is a no-op."""
+    new_mf, live_mf = new["metadata"].get("managedFields"), live["metadata"].get("managedFields")
+    if new_mf == live_mf or _without_times(new_mf) != _without_times(live_mf):
+        return False
+    new_meta = {k: v for k, v in new["metadata"].items() if k != "managedFields"}
+    live_meta = {k: v for k, v in live["metadata"].items() if k != "managedFields"}
+    return new_meta == live_meta and {k: v for k, v in new.items() if k != "metadata"} == \
+        {k: v for k, v in live.items() if k != "metadata"}
+
+
+class FieldManager:
+    """Update tracking for one resource version: its type (from the schema) and apiVersion."""
+
+    def __init__(self, root: Type, api_version: str, max_update_managers: int = MAX_UPDATE_MANAGERS) -> None:
+        self.root = root
+        self.api_version = api_version
+        self.max_update_managers = max_update_managers
+
+    def update(self, live: dict[str, Any] | None, new: dict[str, Any], manager: str, subresource: str = "",
+               now: dt.datetime | None = None) -> None:
+        """Set ``new``'s managedFields for a write of ``new`` over ``live`` (``None``: a create) by
+        ``manager`` through ``subresource`` (``""`` or ``"status"``). ``new`` is changed in place."""
+        meta = new["metadata"]
+        live_mf = (live or {}).get("metadata", {}).get("managedFields")
+        if subresource:
+            managed = _decode_or_empty(live_mf)
+        else:
+            requested = meta.get("managedFields")
+            if _is_reset(requested):
+                managed = {}
+            else:
+                try:
+                    managed = decode_managed_fields(requested)
+                except DecodeError:
+                    managed = {}
+                if not managed:
+                    managed = _decode_or_empty(live_mf)
+        meta.pop("managedFields", None)
+        if not managed and live is not None:  # an untracked object stays untracked until applied to
+            return
+        try:
+            managed = self._track(live or {}, new, managed, manager or UNKNOWN_MANAGER, subresource, now)
+        except TypingError:  # UpdateNoErrors: the object is written without managedFields
+            return
+        if managed:
+            meta["managedFields"] = encode_managed_fields(managed)
+
+    def _track(self, live: dict[str, Any], new: dict[str, Any], managed: Managed, manager: str,
+               subresource: str, now: dt.datetime | None) -> Managed:
+        changes = compare(live, new, self.root).without_prefixes(RESET_FIELDS.get(subresource, ()))
+        touched = changes.modified | changes.added
+        for key, entry in list(managed.items()):
+            entry.paths = entry.paths - touched - changes.removed
+            if not entry.paths:
+                del managed[key]
+        owned = touched - STRIPPED
+        if owned:
+            mine = ManagedEntry(manager, UPDATE, self.api_version, subresource)
+            previous = managed.get(mine.identity)
+            mine.paths = owned | (previous.paths if previous is not None else set())
+            mine.time = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
+            managed[mine.identity] = mine
+        return self._cap(managed)
+
+    def _cap(self, managed: Managed) -> Managed:
+        """``capUpdateManagers``: merge the oldest Update entries, per apiVersion, into an
+        ``ancient-changes`` entry until at most ``max_update_managers`` remain."""
+        updaters = [key for key, e in managed.items() if e.operation != APPLY]
+        if len(updaters) <= self.max_update_managers:
+            return managed
+        updaters.sort(key=lambda key: (managed[key].seconds, key))
+        first_of_version: dict[str, str] = {}
+        length = len(updaters)
+        for key in updaters:
+            if length <= self.max_update_managers:
+                break
+            entry = managed.get(key)
+            if entry is None:
+                continue
+            bucket = ManagedEntry(ANCIENT_CHANGES, UPDATE, entry.api_version)
+            first = first_of_version.get(entry.api_version)
+            if first is None:
+                first_of_version[entry.api_version] = key
+                continue
+            if bucket.identity not in managed:
+                moved = managed.pop(first)
+                bucket.paths, bucket.time = moved.paths, moved.time
+                managed[bucket.identity] = bucket
+            merged = managed[bucket.identity]
+            merged.paths = entry.paths | merged.paths
+            del managed[key]
+            length -= 1
+            merged.time = entry.time
+        return managed

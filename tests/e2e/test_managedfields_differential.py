@@ -1,0 +1,192 @@
+"""managedFields, differentially: the same non-apply writes, with the same field managers, sent to
+kube-apiserver serving VirtualClusters as the CRD generated from our schema (``bench/crd.py``) and
+to vc-apiserver; after every step both must answer the same code and carry the same entries
+(manager, operation, apiVersion, subresource, fieldsV1, whether there is a time), times and
+resourceVersions aside. Intended differences that show in these objects (the finalizer we add on
+create) are outside managedFields: no one owns them."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.servers import Lab, Target
+
+NS = "mf"
+API = f"/apis/kosmos.io/v1alpha1/namespaces/{NS}/virtualclusters"
+MERGE, JSON_PATCH = "application/merge-patch+json", "application/json-patch+json"
+Obj = dict[str, Any]
+
+
+class Client:
+    def __init__(self, target: Target) -> None:
+        self.url = target.url
+        self.ctx: ssl.SSLContext = target.ssl_context()
+
+    def send(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+             user_agent: str = "differential-test/1.0", **query: str) -> tuple[int, Obj]:
+        qs = "&".join(f"{k}={v}" for k, v in query.items())
+        req = urllib.request.Request(self.url + API + path + (f"?{qs}" if qs else ""), method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": content_type, "User-Agent": user_agent})
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+
+@pytest.fixture(scope="module")
+def clients(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Client]]:
+    lab = Lab(Path(tmp_path_factory.mktemp("mf-lab")), [NS])
+    try:
+        targets = lab.start()
+        yield {t.name: Client(t) for t in targets}
+    finally:
+        lab.stop()
+
+
+def entries(obj: Obj) -> list[tuple[Any, ...]]:
+    """The entries to compare: everything but the time's value, in a stable order (entries of
+    different seconds sort by time, which two servers need not share)."""
+    return sorted((e["manager"], e["operation"], e["apiVersion"], e.get("subresource", ""), e["fieldsType"],
+                   json.dumps(e["fieldsV1"], sort_keys=True), "time" in e)
+                  for e in obj.get("metadata", {}).get("managedFields", []))
+
+
+def both(clients: dict[str, Client], step: Any) -> dict[str, tuple[int, Obj]]:
+    """Run ``step(client)`` against the CRD and against us; the answers must agree on code and entries."""
+    out = {name: step(client) for name, client in clients.items()}
+    (kube_code, kube_body), (our_code, our_body) = out["baseline"], out["ours"]
+    assert our_code == kube_code, (kube_body, our_body)
+    if kube_body.get("kind") == "Status":
+        assert our_body.get("reason") == kube_body.get("reason"), (kube_body, our_body)
+        assert our_body.get("message") == kube_body.get("message"), (kube_body, our_body)
+        # kube validates ObjectMeta up to three times on an update (BeforeUpdate's common fields, then
+        # the CR strategy) and lists each cause as often; we list it once (an intended difference).
+        causes = {(c.get("reason"), c.get("field"), c.get("message"))
+                  for c in (kube_body.get("details") or {}).get("causes", [])}
+        assert {(c.get("reason"), c.get("field"), c.get("message"))
+                for c in (our_body.get("details") or {}).get("causes", [])} == causes, (kube_body, our_body)
+    else:
+        assert entries(our_body) == entries(kube_body), json.dumps(
+            {"kube": kube_body["metadata"].get("managedFields"), "ours": our_body["metadata"].get("managedFields")},
+            indent=1)
+    return out
+
+
+def get(client: Client, name: str) -> Obj:
+    code, obj = client.send("GET", f"/{name}")
+    assert code == 200, obj
+    return obj
+
+
+def manifest(name: str) -> Obj:
+    return {"apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
+            "metadata": {"name": name, "labels": {"team": "a"}, "finalizers": ["example.com/hold"]},
+            "spec": {"externalIps": ["10.0.0.2", "10.0.0.1"], "promotePolicies": [{"nodeCount": 1}],
+                     "promoteResources": {"resources": {"cpu": "4"}}, "kubeInKubeConfig": {"apiServerReplicas": 1}},
+            "status": {"phase": "Pending"}}
+
+
+def test_every_kind_of_write_leaves_the_entries_kube_leaves(clients: dict[str, Client]) -> None:
+    name = "writes"
+    both(clients, lambda c: c.send("POST", "", manifest(name), fieldManager="kubectl-create"))
+
+    def replace(c: Client) -> tuple[int, Obj]:
+        obj = get(c, name)
+        obj["spec"]["kubeconfig"] = "a"
+        obj["metadata"]["labels"]["tier"] = "gold"
+        return c.send("PUT", f"/{name}", obj, fieldManager="kubectl-replace")
+    both(clients, replace)
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {
+        "metadata": {"annotations": {"note": "x"}}, "spec": {"kubeInKubeConfig": {"apiServerReplicas": 3}}},
+        MERGE, fieldManager="kubectl-patch"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", [
+        {"op": "add", "path": "/spec/promoteResources/nodes", "value": ["n1", "n2"]},
+        {"op": "replace", "path": "/spec/kubeconfig", "value": "b"}], JSON_PATCH, fieldManager="json-patcher"))
+
+    def status(c: Client) -> tuple[int, Obj]:
+        obj = get(c, name)
+        obj["status"] = {"phase": "Preparing", "conditions": [{"type": "Ready", "status": "False"}]}
+        obj["spec"]["kubeconfig"] = "ignored on /status"
+        return c.send("PUT", f"/{name}/status", obj, fieldManager="vc-controller")
+    both(clients, status)
+    both(clients, lambda c: c.send("PATCH", f"/{name}/status", {"status": {"conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "NodesReady", "status": "True"}]}}, MERGE,
+        fieldManager="vc-controller"))
+    # The main resource's manager of the same name is another entry; status there is not recorded.
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"labels": {"by": "controller"}},
+                                                          "status": {"phase": "Completed"}}, MERGE,
+                                   fieldManager="vc-controller"))
+    # Removing fields takes them from every entry; an entry left empty goes.
+    both(clients, lambda c: c.send("PATCH", f"/{name}", [{"op": "remove", "path": "/metadata/annotations"}],
+                                   JSON_PATCH, fieldManager="cleaner"))
+
+
+def test_the_manager_is_named_after_the_user_agent_when_not_given(clients: dict[str, Client]) -> None:
+    name = "agents"
+    both(clients, lambda c: c.send("POST", "", manifest(name), user_agent="Go-http-client/1.1"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"labels": {"x": "1"}}}, MERGE,
+                                   user_agent="kubectl/v1.35.4 (linux/amd64) kubernetes/abcdef"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"labels": {"y": "1"}}}, MERGE,
+                                   user_agent=""))
+
+
+def test_a_no_op_write_changes_no_entry_and_no_resource_version(clients: dict[str, Client]) -> None:
+    name = "noop"
+    created = both(clients, lambda c: c.send("POST", "", manifest(name), fieldManager="creator"))
+    after = both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"labels": {"team": "a"}}}, MERGE,
+                                           fieldManager="someone-else"))
+    for server in ("baseline", "ours"):
+        assert after[server][1]["metadata"]["resourceVersion"] == created[server][1]["metadata"]["resourceVersion"]
+        assert after[server][1]["metadata"]["managedFields"] == created[server][1]["metadata"]["managedFields"]
+
+
+def test_user_written_managed_fields_are_kept_ignored_reset_or_refused_as_kube_does(
+        clients: dict[str, Client]) -> None:
+    name = "userwritten"
+    both(clients, lambda c: c.send("POST", "", manifest(name), fieldManager="creator"))
+    entry = {"manager": "renamed", "operation": "Update", "apiVersion": "kosmos.io/v1alpha1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:kubeconfig": {}}}}
+    # A decodable list becomes the new baseline (how kubectl and Flux rename and fold entries).
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [entry]},
+                                                         "spec": {"kubeconfig": "a"}}, MERGE, fieldManager="m1"))
+    # One that does not decode is ignored: the live entries stay, the write is tracked.
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [
+        {**entry, "operation": "Foo"}]}, "spec": {"kubeconfig": "b"}}, MERGE, fieldManager="m2"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [
+        {**entry, "fieldsV1": {"f:spec": 1}}]}, "spec": {"kubeconfig": "c"}}, MERGE, fieldManager="m3"))
+    # Decodable but invalid: 422 from ObjectMeta validation.
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [
+        {**entry, "manager": "m" * 129}]}}, MERGE, fieldManager="m4"))
+    # [{}] resets: no entries, and later updates stay untracked.
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [{}]}}, MERGE,
+                                   fieldManager="m5"))
+    out = both(clients, lambda c: c.send("PATCH", f"/{name}", {"spec": {"kubeconfig": "d"}}, MERGE,
+                                         fieldManager="m6"))
+    assert "managedFields" not in out["ours"][1]["metadata"]
+
+
+def test_a_field_manager_kube_would_refuse_is_refused_alike(clients: dict[str, Client]) -> None:
+    both(clients, lambda c: c.send("POST", "", manifest("badmanager"), fieldManager="m" * 129))
+    both(clients, lambda c: c.send("PATCH", "/badmanager", {}, MERGE, fieldManager="a%07b"))
+
+
+def test_more_than_ten_updaters_fold_into_ancient_changes_alike(clients: dict[str, Client]) -> None:
+    name = "cap"
+    both(clients, lambda c: c.send("POST", "", manifest(name), fieldManager="creator"))
+    for i in range(12):
+        time.sleep(1.05)  # the oldest entries are chosen by their time in seconds: one write a second
+        out = both(clients, lambda c, i=i: c.send("PATCH", f"/{name}", {"metadata": {"labels": {f"l{i:02}": "x"}}},
+                                                  MERGE, fieldManager=f"u{i:02}"))
+    managers = [e["manager"] for e in out["ours"][1]["metadata"]["managedFields"]]
+    assert "ancient-changes" in managers and len(managers) == 10
