@@ -334,7 +334,7 @@ class Quantity(KubeField):
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise _wrong_type("number,string", value)
-        if isinstance(value, int) and not -(2**63) <= value < 2**63:  # stored objects hold int64 numbers only
+        if isinstance(value, int) and not MIN_INT64 <= value <= MAX_INT64:  # stored objects hold int64 numbers only
             raise _invalid(value, "a quantity beyond 64 bits must be written as a string")
         return value
 

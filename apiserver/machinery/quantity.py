@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_UP, Context, Decimal, InvalidOperation
 
+from apiserver.machinery.golang import MAX_INT64, MIN_INT64
+
 SPLIT_RE = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 
 ERR_FORMAT_WRONG = f"quantities must match the regular expression '{SPLIT_RE}'"
@@ -20,7 +22,6 @@ _DIGITS = frozenset("0123456789")
 _SUFFIX_CHARS = frozenset("eEinumkKMGTP")
 _DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_MAX_INT64 = 2**63 - 1
 _MAX_INT64_FACTORS = 18
 _NANO = Decimal("1e-9")
 
@@ -105,7 +106,7 @@ def _interpret(suffix: str) -> tuple[int, int]:
         if not digits or not set(digits) <= _DIGITS:
             raise QuantityError(ERR_SUFFIX)
         parsed = int(rest)
-        if not -(2**63) <= parsed <= _MAX_INT64:
+        if not MIN_INT64 <= parsed <= MAX_INT64:
             raise QuantityError(ERR_SUFFIX)
         return 10, (parsed + 2**31) % 2**32 - 2**31
     raise QuantityError(ERR_SUFFIX)
@@ -117,7 +118,7 @@ def _fits_fast_path(binary: bool, exponent: int, num: str, denom: str) -> bool:
         if denom:
             return False
         precision = 15 - len(num) - int(exponent * 3 / 10) - 1
-        return precision >= 0 and int(num) << exponent <= _MAX_INT64
+        return precision >= 0 and int(num) << exponent <= MAX_INT64
     precision = _MAX_INT64_FACTORS - len(num) - len(denom)
     return precision >= 0 and exponent - len(denom) >= -9
 
@@ -131,6 +132,6 @@ def _scale(amount: Decimal, base: int, exponent: int, binary: bool, digits: int)
     places = amount.as_tuple().exponent
     if amount != 0 and isinstance(places, int) and places < -9:
         amount = amount.quantize(_NANO, rounding=ROUND_UP, context=ctx)
-    if binary and abs(amount) > _MAX_INT64:
-        amount = Decimal(_MAX_INT64).copy_sign(amount)
+    if binary and abs(amount) > MAX_INT64:
+        amount = Decimal(MAX_INT64).copy_sign(amount)
     return amount
