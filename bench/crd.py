@@ -2,10 +2,11 @@
 
 The comparison is only fair if kube-apiserver validates, prunes and prints the same resource, so
 the CRD is derived, never hand-written: the OpenAPI v3 definitions of :mod:`apiserver.endpoints.openapi`
-are inlined into one structural schema (CRDs allow no ``$ref``), list uniqueness comes from the
-``Unique`` validators of :mod:`apiserver.apis.schema`, and the printer columns from the strategy's
-Table columns. What a CRD cannot express (DNS-name and label-syntax checks, the computed
-``ready/desired`` NODES cell) is approximated and said so in ``docs/benchmarks.md``.
+are inlined into one structural schema (CRDs allow no ``$ref``) and carry with them the merge
+structure (``x-kubernetes-list-type``, ``-list-map-keys``, ``-map-type``) that
+:func:`apiserver.machinery.fields.merge_extensions` reads from :mod:`apiserver.apis.schema`; the
+printer columns come from the strategy's Table columns. What a CRD cannot express (DNS-name and
+label-syntax checks, the computed ``ready/desired`` NODES cell) is approximated and said so in ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -41,16 +42,6 @@ def _classes() -> dict[str, type[kubefields.KubeSchema]]:
     return {cls.OPENAPI_NAME: cls for cls in kubefields.iter_schemas([schema.VirtualClusterSchema])}
 
 
-def _list_extensions(fld: fields.Field) -> dict[str, Any]:
-    """The list type the schema declares (:func:`apiserver.machinery.fields.list_type`)."""
-    relationship, keys = kubefields.list_type(fld)
-    if relationship == "map":
-        return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
-    if relationship == "set":
-        return {"x-kubernetes-list-type": "set"}
-    return {}
-
-
 class _Inliner:
     """Replaces every ``$ref`` by the definition it names, recursively, adapting scalars."""
 
@@ -80,11 +71,11 @@ class _Inliner:
         ref = node.pop("$ref", None)
         if ref:
             node = {**self.definition(ref.rsplit("/", 1)[-1]), **node}
+        # The merge extensions (x-kubernetes-list-type, ...) come with the node: openapi.py puts
+        # them beside each property from kubefields.merge_extensions, the one declaration.
         if "items" in node:
             inner = fld.inner if isinstance(fld, fields.List) else None
             node["items"] = self.node(node["items"], inner)
-            if fld is not None:
-                node.update(_list_extensions(fld))
         if isinstance(node.get("additionalProperties"), dict):
             inner = fld.value_field if isinstance(fld, fields.Dict) else None
             node["additionalProperties"] = self.node(node["additionalProperties"], inner)

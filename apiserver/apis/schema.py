@@ -229,6 +229,7 @@ class OwnerReferenceSchema(KubeSchema):
     OPENAPI_NAME = f"{META}.OwnerReference"
     DESCRIPTION = ("OwnerReference contains enough information to let you identify an owning object. An owning "
                    "object must be in the same namespace as the dependent, or be cluster-scoped.")
+    MAP_TYPE = "atomic"  # kube's +structType=atomic: an owner reference is owned whole
 
     apiVersion = Str("API version of the referent.", required=True)
     kind = Str("Kind of the referent.", required=True)
@@ -284,7 +285,7 @@ class ObjectMetaSchema(KubeSchema):
     finalizers = Array(Str(), "Entries that must be empty before the object is removed from the registry; the "
                        "server adds kosmos.io/virtualcluster on create.", metadata={LIST_TYPE: "set"})
     managedFields = Array(Obj(ManagedFieldsEntrySchema), "Which field manager manages which fields. Mostly for "
-                          "internal housekeeping.")
+                          "internal housekeeping.", metadata={LIST_TYPE: "atomic"})
 
 
 class ListMetaSchema(KubeSchema):

@@ -41,6 +41,8 @@ from apiserver.machinery.fields import (
     Range,
     Str,
     iter_schemas,
+    merge_extensions,
+    struct_extensions,
 )
 
 # The PATCH bodies the REST layer accepts (apiserver.endpoints.patch owns the list). Strategic merge is not
@@ -207,6 +209,7 @@ def _ref(name: str, v3: bool) -> str:
 
 def _property(fld: fields.Field, v3: bool) -> dict[str, Any]:
     prop = _json_schema(fld, v3)
+    prop.update(merge_extensions(fld))
     description = fld.metadata.get("description")
     if description:
         prop["description"] = description
@@ -255,6 +258,7 @@ def _definition(cls: type[KubeSchema], v3: bool) -> dict[str, Any]:
     required = [(f.data_key or name) for name, f in schema.fields.items() if f.required]
     if required:
         out["required"] = required
+    out.update(struct_extensions(cls))
     if cls.GVK:
         out["x-kubernetes-group-version-kind"] = [dict(g) for g in cls.GVK]
     return out

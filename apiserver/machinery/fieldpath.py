@@ -21,7 +21,7 @@ from typing import Any
 
 from marshmallow import Schema, fields
 
-from apiserver.machinery.fields import field_of, list_type
+from apiserver.machinery.fields import field_of, list_type, map_type, struct_type
 
 __all__ = ["ATOMIC", "Comparison", "FieldsV1Error", "Path", "Type", "TypingError", "compare", "from_fields_v1",
            "to_fields_v1", "type_of", "without_prefixes"]
@@ -68,14 +68,15 @@ def type_of(schema: type[Schema]) -> Type:
 
 def _field_type(fld: fields.Field) -> Type:
     if isinstance(fld, fields.Nested):
-        return type_of(type(fld.schema))
+        nested = type(fld.schema)
+        return ATOMIC if struct_type(nested) == "atomic" else type_of(nested)
     if isinstance(fld, fields.List):
         relationship, keys = list_type(fld)
         return Type(LIST, elem=_field_type(fld.inner), relationship=relationship, keys=keys)
     if isinstance(fld, fields.Dict):
         value = fld.value_field
         return Type(MAP, elem=_field_type(value) if value is not None else ATOMIC,
-                    relationship=fld.metadata.get("x-kubernetes-map-type", "granular"))
+                    relationship=map_type(fld))
     return ATOMIC
 
 

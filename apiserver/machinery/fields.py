@@ -232,22 +232,60 @@ class Unique(validate.Validator):
 
 LIST_TYPE = "x-kubernetes-list-type"
 LIST_MAP_KEYS = "x-kubernetes-list-map-keys"
+MAP_TYPE = "x-kubernetes-map-type"
+
+
+def merge_extensions(fld: fields.Field) -> dict[str, Any]:
+    """The merge structure a field declares, as the OpenAPI extensions that publish it: the one
+    declaration behind :func:`list_type`, :func:`map_type`, both OpenAPI documents
+    (:mod:`apiserver.endpoints.openapi`) and the CRD derived from the schema (``bench/crd.py``).
+
+    A list's type is declared on the field (``metadata={LIST_TYPE: ...}``, as ObjectMeta's
+    finalizers and ownerReferences are), or else read from its :class:`Unique` validator: unique
+    scalars are a set, items unique by a sub-field a map keyed by it; a list declaring neither is
+    atomic and publishes nothing, as kube omits the default. A map's or struct's type is published
+    only where declared (``metadata={MAP_TYPE: "atomic"}``)."""
+    out: dict[str, Any] = {}
+    declared = fld.metadata.get(LIST_TYPE)
+    if declared:
+        out[LIST_TYPE] = declared
+        if declared == "map":
+            out[LIST_MAP_KEYS] = list(fld.metadata.get(LIST_MAP_KEYS, ()))
+    elif isinstance(fld, fields.List):
+        for validator in fld.validators:
+            if isinstance(validator, Unique):
+                out[LIST_TYPE] = "map" if validator.sub else "set"
+                if validator.sub:
+                    out[LIST_MAP_KEYS] = [validator.sub]
+                break
+    map_type = fld.metadata.get(MAP_TYPE)
+    if map_type:
+        out[MAP_TYPE] = map_type
+    return out
+
+
+def struct_extensions(cls: type[Schema]) -> dict[str, Any]:
+    """The merge structure a named object type declares for itself (``MAP_TYPE``), as the
+    extension its OpenAPI definition publishes."""
+    declared = getattr(cls, "MAP_TYPE", None)
+    return {MAP_TYPE: declared} if declared else {}
+
+
+def struct_type(cls: type[Schema]) -> str:
+    """How a struct merges (:func:`struct_extensions`): ``granular`` unless declared ``atomic``."""
+    return struct_extensions(cls).get(MAP_TYPE, "granular")
 
 
 def list_type(fld: fields.Field) -> tuple[str, tuple[str, ...]]:
-    """How a list field merges, as its ``x-kubernetes-list-type`` says: ``("atomic", ())``,
-    ``("set", ())`` or ``("map", keys)``. Declared on the field (``metadata={LIST_TYPE: ...}``, as
-    ObjectMeta's finalizers and ownerReferences are), or else read from its :class:`Unique`
-    validator: unique scalars are a set, items unique by a sub-field a map keyed by it. A CRD
-    derived from the schema publishes the same (``bench/crd.py``); field management splits
-    objects by it (:mod:`apiserver.machinery.fieldpath`)."""
-    declared = fld.metadata.get(LIST_TYPE)
-    if declared:
-        return declared, tuple(fld.metadata.get(LIST_MAP_KEYS, ()))
-    for validator in fld.validators:
-        if isinstance(validator, Unique):
-            return ("map", (validator.sub,)) if validator.sub else ("set", ())
-    return "atomic", ()
+    """How a list field merges (:func:`merge_extensions`): ``("atomic", ())``, ``("set", ())`` or
+    ``("map", keys)``. Field management splits objects by it (:mod:`apiserver.machinery.fieldpath`)."""
+    declared = merge_extensions(fld)
+    return declared.get(LIST_TYPE, "atomic"), tuple(declared.get(LIST_MAP_KEYS, ()))
+
+
+def map_type(fld: fields.Field) -> str:
+    """How a map or struct merges (:func:`merge_extensions`): ``granular`` unless declared ``atomic``."""
+    return merge_extensions(fld).get(MAP_TYPE, "granular")
 
 
 def _label_map_errors(labels: dict[str, str]) -> list[Problem]:
@@ -418,6 +456,9 @@ class KubeSchema(Schema):
     OPENAPI_NAME: ClassVar[str]
     DESCRIPTION: ClassVar[str]
     GVK: ClassVar[tuple[dict[str, str], ...]] = ()
+    # ``x-kubernetes-map-type`` of the struct itself, published on its definition (kube's
+    # ``+structType=atomic`` marker, as on OwnerReference): read through :func:`struct_type`.
+    MAP_TYPE: ClassVar[str | None] = None
 
     class Meta:
         unknown = EXCLUDE

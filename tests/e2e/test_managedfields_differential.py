@@ -43,6 +43,19 @@ class Client:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
+    def get_raw(self, path: str, wait: float = 60.0) -> Obj:
+        """GET a path outside the resource, waiting out 404s (kube publishes a new CRD's OpenAPI
+        v3 a few seconds after the CRD is established)."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + path, timeout=30, context=self.ctx) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                if e.code != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.5)
+
 
 @pytest.fixture(scope="module")
 def clients(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Client]]:
@@ -127,6 +140,10 @@ def test_every_kind_of_write_leaves_the_entries_kube_leaves(clients: dict[str, C
     both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"labels": {"by": "controller"}},
                                                           "status": {"phase": "Completed"}}, MERGE,
                                    fieldManager="vc-controller"))
+    # An owner reference is an atomic struct: its item is owned whole.
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "6b1b7a4e-0000-4000-8000-000000000001"}]}},
+        MERGE, fieldManager="gc"))
     # Removing fields takes them from every entry; an entry left empty goes.
     both(clients, lambda c: c.send("PATCH", f"/{name}", [{"op": "remove", "path": "/metadata/annotations"}],
                                    JSON_PATCH, fieldManager="cleaner"))
@@ -190,3 +207,42 @@ def test_more_than_ten_updaters_fold_into_ancient_changes_alike(clients: dict[st
                                                   MERGE, fieldManager=f"u{i:02}"))
     managers = [e["manager"] for e in out["ours"][1]["metadata"]["managedFields"]]
     assert "ancient-changes" in managers and len(managers) == 10
+
+
+MERGE_EXTENSIONS = ("x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type")
+
+
+def merge_structure(doc: Obj, kind: str) -> dict[str, Obj]:
+    """Every merge extension of a kind's schema in an OpenAPI v3 document, by property path,
+    following ``$ref`` (also kube's ``allOf: [{$ref}]`` wrapping) into the document's components."""
+    schemas = doc["components"]["schemas"]
+    out: dict[str, Obj] = {}
+
+    def walk(node: Obj, path: str, seen: frozenset[str]) -> None:
+        refs = [node.get("$ref")] + [n.get("$ref") for n in node.get("allOf", [])]
+        for ref in filter(None, refs):
+            name = ref.rsplit("/", 1)[-1]
+            if name not in seen:
+                walk(schemas[name], path, seen | {name})
+        found = {k: node[k] for k in MERGE_EXTENSIONS if k in node}
+        if found:
+            out.setdefault(path, {}).update(found)
+        for key, prop in node.get("properties", {}).items():
+            walk(prop, f"{path}.{key}", seen)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{path}[]", seen)
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}{{}}", seen)
+
+    walk(schemas[kind], "", frozenset({kind}))
+    return out
+
+
+def test_openapi_v3_publishes_the_merge_structure_kube_publishes_for_the_crd(clients: dict[str, Client]) -> None:
+    """Argo CD's server-side diff merges with the structure it reads from /openapi/v3: list types
+    (with map keys) and map types must be what kube-apiserver publishes for the CRD."""
+    kind = "io.kosmos.v1alpha1.VirtualCluster"
+    docs = {name: c.get_raw("/openapi/v3/apis/kosmos.io/v1alpha1") for name, c in clients.items()}
+    kube, ours = merge_structure(docs["baseline"], kind), merge_structure(docs["ours"], kind)
+    assert ".status.conditions" in kube and ".metadata.finalizers" in kube, kube
+    assert ours == kube, json.dumps({"kube": kube, "ours": ours}, indent=1, sort_keys=True)

@@ -313,3 +313,50 @@ def test_the_hash_changes_when_the_document_changes() -> None:
 
 def test_the_hash_ignores_key_order() -> None:
     assert document_hash({"a": 1, "b": {"c": 2, "d": 3}}) == document_hash({"b": {"d": 3, "c": 2}, "a": 1})
+
+
+@pytest.mark.parametrize("version", ["v2", "v3"])
+def test_the_merge_structure_is_published_where_the_schema_declares_it(version: str) -> None:
+    """x-kubernetes-list-type / -list-map-keys / -map-type, as kube publishes them for the CRD
+    (tests/e2e/test_managedfields_differential.py compares with kube-apiserver itself)."""
+    defs = definitions(DOCS[version])
+    meta, spec, status = (defs[f"{name}"] for name in (
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", f"{VC}Spec", f"{VC}Status"))
+    assert meta["properties"]["finalizers"]["x-kubernetes-list-type"] == "set"
+    assert meta["properties"]["ownerReferences"]["x-kubernetes-list-type"] == "map"
+    assert meta["properties"]["ownerReferences"]["x-kubernetes-list-map-keys"] == ["uid"]
+    assert meta["properties"]["managedFields"]["x-kubernetes-list-type"] == "atomic"
+    assert defs["io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference"]["x-kubernetes-map-type"] == "atomic"
+    assert status["properties"]["conditions"]["x-kubernetes-list-type"] == "map"
+    assert status["properties"]["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
+    # An undeclared list is atomic, and kube omits the default.
+    assert "x-kubernetes-list-type" not in spec["properties"]["externalIps"]
+
+
+def _merge_structure(node: Any, path: str, defs: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """Every merge extension under a schema node by property path, following $refs into defs."""
+    if not isinstance(node, dict):
+        return out
+    ref = node.get("$ref")
+    if ref:
+        _merge_structure(defs[ref.rsplit("/", 1)[-1]], path, defs, out)
+    found = {k: v for k, v in node.items() if k.startswith(("x-kubernetes-list", "x-kubernetes-map"))}
+    if found:
+        out.setdefault(path, {}).update(found)
+    for key, prop in node.get("properties", {}).items():
+        _merge_structure(prop, f"{path}.{key}", defs, out)
+    _merge_structure(node.get("items"), f"{path}[]", defs, out)
+    _merge_structure(node.get("additionalProperties"), f"{path}{{}}", defs, out)
+    return out
+
+
+def test_the_crd_carries_the_same_merge_structure_as_the_openapi_documents() -> None:
+    from bench.crd import virtualcluster_crd
+
+    crd = virtualcluster_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    defs = definitions(DOCS["v3"])
+    ours = _merge_structure(defs[VC], "", defs, {})
+    crd_found = _merge_structure(crd, "", {}, {})
+    assert crd_found, "the CRD declares list types"
+    # The CRD leaves metadata to kube (its own ObjectMeta); everything else is the same.
+    assert crd_found == {p: e for p, e in ours.items() if not p.startswith(".metadata")}
