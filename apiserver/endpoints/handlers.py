@@ -21,6 +21,7 @@ from apiserver.endpoints.decode import Decoder, load_body
 from apiserver.endpoints.request import (
     delete_options,
     list_options,
+    patch_options,
     request_info,
     write_options,
 )
@@ -153,16 +154,23 @@ class ResourceHandlers:
 
     async def patch(self, request: web.Request) -> web.Response:
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
-        opts = write_options(request, "PatchOptions")
-        patcher = patch.decode(request.headers.get("Content-Type", ""), await request.read())
+        content_type = request.headers.get("Content-Type", "")
+        opts = patch_options(request, patch.media_type(content_type) == patch.APPLY_PATCH)
+        patcher = patch.decode(content_type, await request.read())
         name = request.match_info["name"]
+        namespace, subresource = request.match_info["namespace"], request.match_info.get("subresource", "")
         warnings: list[str] = []
+        if isinstance(patcher, patch.ApplyPatch):
+            def checked(merged: Obj) -> Obj:
+                obj, warnings[:] = self.decoder.decode(merged, opts.field_validation, name=name, patched=True)
+                return obj
+            result = await self.registry.apply(namespace, name, patcher.config, opts, subresource, checked)
+            return self._write_result(result, warnings, target, request, 201 if result.created else 200)
 
         async def patched(current: Obj) -> Obj:
             obj, warnings[:] = self.decoder.decode(patcher.apply(current), opts.field_validation, name=name, patched=True)
             return obj
-        result = await self.registry.update_with(request.match_info["namespace"], name, patched, opts,
-                                                 request.match_info.get("subresource", ""))
+        result = await self.registry.update_with(namespace, name, patched, opts, subresource)
         return self._write_result(result, warnings, target, request, 200)
 
     async def delete(self, request: web.Request) -> web.Response:

@@ -45,9 +45,9 @@ from apiserver.machinery.fields import (
     struct_extensions,
 )
 
-# The PATCH bodies the REST layer accepts (apiserver.endpoints.patch owns the list). Strategic merge is not
-# advertised, so kubectl apply and kubectl edit send JSON merge patches; apply-patch+yaml is absent
-# because server-side apply is not implemented.
+# The PATCH bodies the REST layer accepts (apiserver.endpoints.patch owns the list), exactly the three a
+# CRD lists: JSON patch, merge patch, apply patch. Strategic merge is not advertised, so kubectl's
+# client-side apply and kubectl edit send JSON merge patches.
 PATCH_CONTENT_TYPES: tuple[str, ...] = ACCEPTED_PATCH_TYPES
 
 GROUP_VERSION_PATH = f"apis/{VC.group}/{VC.version}"
@@ -196,7 +196,8 @@ def _scalars(v3: bool) -> dict[str, dict[str, Any]]:
                         "description": "The set of fields a manager owns, in the FieldsV1 trie format."},
         RAW_EXTENSION_REF: {"type": "object", "description": "An embedded, complete JSON object."},
         _PATCH_REF: {"type": "object", "description": (
-            "The PATCH request body: a JSON patch (RFC 6902) or a JSON merge patch (RFC 7386).")},
+            "The PATCH request body: a JSON patch (RFC 6902), a JSON merge patch (RFC 7386) or a "
+            "server-side apply configuration (YAML or JSON).")},
     }
 
 
@@ -291,8 +292,9 @@ FIELD_MANAGER = Param("fieldManager", "string", "A name associated with the acto
 FIELD_VALIDATION = Param("fieldValidation", "string", "How the server responds to unknown or duplicate fields "
                          "in the request body: Ignore drops them silently; Warn (the default) answers with a "
                          "Warning header per field; Strict fails the request with 400 BadRequest.")
-FORCE = Param("force", "boolean", "Forces a server-side apply over conflicting field managers. Server-side "
-              "apply is not implemented by this server, so leave it unset.")
+FORCE = Param("force", "boolean", "Force is going to \"force\" Apply requests: the request takes over the "
+              "fields other managers own instead of failing with 409 Conflict. Must be unset for non-apply "
+              "patch requests.")
 LIST_PARAMS = (
     Param("allowWatchBookmarks", "boolean", "Requests watch events of type BOOKMARK, which carry only a "
           "resourceVersion to resume from. Ignored when not watching."),
@@ -458,7 +460,8 @@ def _operation_v3(op: Operation) -> dict[str, Any]:
                            "parameters": [_param_v3(p) for p in op.params]}
     if op.body:
         schema = {"$ref": _ref(op.body, True)}
-        out["requestBody"] = {"content": {ct: {"schema": dict(schema)} for ct in op.consumes},
+        # A map in kube's v3 document: its media types in sorted order, as kube-apiserver lists them.
+        out["requestBody"] = {"content": {ct: {"schema": dict(schema)} for ct in sorted(op.consumes)},
                               "required": op.body_required}
     responses: dict[str, Any] = {
         code: {"description": _STATUS_TEXT[code],

@@ -1,8 +1,8 @@
-"""Patch application: JSON merge patch (RFC 7386) and JSON patch (RFC 6902).
+"""Patch bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and server-side apply.
 
-Strategic merge patch has no meaning for a custom schema and server-side apply is
-not offered, so both are refused with 415 listing what is accepted (as kube-apiserver
-does for custom resources).
+Strategic merge patch has no meaning for a custom schema, so it is refused with 415 listing
+what is accepted (as kube-apiserver does for custom resources). An apply body (YAML or JSON)
+decodes to an :class:`ApplyPatch`: the configuration the registry's field manager merges.
 """
 
 from __future__ import annotations
@@ -13,13 +13,31 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 import orjson
+import yaml
 
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import check_nesting, merge_patch
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-ACCEPTED = (JSON_PATCH, MERGE_PATCH)
+APPLY_PATCH = "application/apply-patch+yaml"
+ACCEPTED = (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
+
+
+class _YAMLLoader(yaml.CSafeLoader):
+    """YAML as sigs.k8s.io/yaml reads it into JSON: timestamps stay strings."""
+
+
+_YAMLLoader.yaml_implicit_resolvers = {
+    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for key, resolvers in yaml.CSafeLoader.yaml_implicit_resolvers.items()}
+
+
+@dataclass(frozen=True)
+class ApplyPatch:
+    """A server-side apply configuration (a JSON object); the field manager merges it."""
+
+    config: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -40,11 +58,19 @@ class Patch:
         return result
 
 
-def decode(content_type: str, body: bytes) -> Patch:
-    """A patch of the given media type: 415 for a type not served, 400 for a body that is not one."""
+def media_type(content_type: str) -> str:
+    """The patch's media type (parameters ignored): 415 for a type not served."""
     media = content_type.split(";")[0].strip().lower()
     if media not in ACCEPTED:
         raise errors.unsupported_media_type(media, list(ACCEPTED))
+    return media
+
+
+def decode(content_type: str, body: bytes) -> Patch | ApplyPatch:
+    """A patch of the given media type: 415 for a type not served, 400 for a body that is not one."""
+    media = media_type(content_type)
+    if media == APPLY_PATCH:
+        return _decode_apply(body)
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -53,6 +79,25 @@ def decode(content_type: str, body: bytes) -> Patch:
     if media == MERGE_PATCH and not isinstance(document, dict):
         raise errors.bad_request("error decoding patch: a merge patch must be a JSON object")
     return Patch(media, document)
+
+
+def _decode_apply(body: bytes) -> ApplyPatch:
+    """YAML (JSON is YAML) to a JSON object: 400 ``error encoding patch`` when it does not parse,
+    ``error decoding patch`` when it is not an object."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        try:
+            document = yaml.load(body, Loader=_YAMLLoader)  # noqa: S506 - a safe loader
+            document = orjson.loads(orjson.dumps(document))
+        except (yaml.YAMLError, TypeError) as e:
+            raise errors.bad_request(f"error encoding patch: {e}") from None
+    check_nesting(document, "the patch", raw=body)
+    if not isinstance(document, dict):
+        kind = "array" if isinstance(document, list) else type(document).__name__
+        raise errors.bad_request(f"error decoding patch: json: cannot unmarshal {kind} into Go value of type "
+                                 "map[string]interface {}")
+    return ApplyPatch(document)
 
 
 def _json_patch(current: dict[str, Any], document: Any) -> Any:

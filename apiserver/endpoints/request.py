@@ -128,6 +128,33 @@ def field_validation(query: Any) -> str:
     return normalized
 
 
+_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+          "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
+
+
+def patch_options(request: web.Request, apply: bool) -> WriteOptions:
+    """PatchOptions, checked as ``ValidatePatchOptions``: an apply names its fieldManager; ``force``
+    is for applies only (even ``force=false`` on another patch is refused)."""
+    query = request.rel_url.query
+    force = query.get("force")
+    parsed = False
+    if force is not None:
+        if force not in _BOOLS:
+            raise errors.bad_request(f'strconv.ParseBool: parsing "{force}": invalid syntax')
+        parsed = _BOOLS[force]
+    if apply:
+        causes = [] if query.get("fieldManager") else [errors.Cause(
+            errors.FIELD_VALUE_REQUIRED, "Required value: is required for apply patch", "fieldManager")]
+    else:
+        causes = [] if force is None else [errors.Cause(
+            errors.FIELD_VALUE_FORBIDDEN, "Forbidden: may not be specified for non-apply patch", "force")]
+    if causes:
+        raise _invalid_options("PatchOptions", causes)
+    opts = write_options(request, "PatchOptions")
+    opts.force = parsed
+    return opts
+
+
 def write_options(request: web.Request, kind: str = "") -> WriteOptions:
     """A write's options. Given the options ``kind`` (CreateOptions, UpdateOptions, PatchOptions)
     the fieldManager is checked as kube checks it (422), and when absent the manager is named after

@@ -14,6 +14,7 @@ schema's field kinds (:func:`type_of`): nested schemas are structs, ``Map`` fiel
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -285,3 +286,165 @@ def _canonical_element(key: str) -> str | None:
             raise FieldsV1Error(f"a key must be a JSON object: {key}")
         return f"{kind}:{go_json(value)}"
     return None
+
+
+# --------------------------------------------------------------------------- apply: set, merge, prune
+
+
+def _granular_list(t: Type) -> bool:
+    return t.kind == LIST and t.relationship in ("set", "map")
+
+
+def _atomic(t: Type) -> bool:
+    return t.kind == SCALAR or (t.kind == LIST and not _granular_list(t)) or \
+        (t.kind == MAP and t.relationship == "atomic")
+
+
+def set_of(config: Any, t: Type) -> set[Path]:
+    """The paths an applied configuration sets (``typed.ToFieldSet``): every scalar leaf, atomic
+    lists and maps whole, ``null`` and empty structs/maps as leaves; map entries and items of sets
+    and keyed lists are members themselves; an empty granular list contributes nothing."""
+    out: set[Path] = set()
+    _set_of(config, t, (), out)
+    return out
+
+
+def _set_of(value: Any, t: Type, path: Path, out: set[Path]) -> None:
+    if _atomic(t) or value is None:
+        if path:
+            out.add(path)
+        return
+    if t.kind == LIST:
+        if not isinstance(value, list):
+            raise TypingError(f"{path_string(path)}: expected list")
+        for item in value:
+            pe = _item_element(t, item)
+            out.add((*path, pe))
+            _set_of(item, t.elem or ATOMIC, (*path, pe), out)
+        return
+    if not isinstance(value, dict):
+        raise TypingError(f"{path_string(path)}: expected map")
+    if not value:
+        if path:
+            out.add(path)
+        return
+    for key, sub in value.items():
+        child = (*path, "f:" + key)
+        if t.kind == MAP:
+            out.add(child)
+        _set_of(sub, (t.fields.get(key) if t.kind == STRUCT else t.elem) or ATOMIC, child, out)
+
+
+def merge(live: Any, config: Any, t: Type) -> Any:
+    """``typed.Merge``: the configuration's values over the live object's; structs and granular
+    maps merge key by key, sets and keyed lists item by item (order: live items keep their place,
+    shared items follow the configuration, new ones go before the next shared one or at the end)."""
+    if config is _MISSING:
+        return live
+    if live is _MISSING or live is None or config is None or _atomic(t):
+        return copy.deepcopy(config)
+    if t.kind == LIST:
+        if not isinstance(live, list) or not isinstance(config, list):
+            return copy.deepcopy(config)
+        return _merge_list(live, config, t)
+    if not isinstance(live, dict) or not isinstance(config, dict):
+        return copy.deepcopy(config)
+    out = dict(live)
+    for key, sub in config.items():
+        out[key] = merge(live.get(key, _MISSING), sub,
+                         (t.fields.get(key) if t.kind == STRUCT else t.elem) or ATOMIC)
+    return out
+
+
+def _merge_list(live: list[Any], config: list[Any], t: Type) -> list[Any]:
+    elem = t.elem or ATOMIC
+    config_items = {_item_element(t, item): item for item in config}
+    live_keys = [_item_element(t, item) for item in live]
+    live_set = set(live_keys)
+    # Config-only items go right before the next shared item following them in the config.
+    pending: list[str] = []
+    before: dict[str, list[str]] = {}
+    for pe in config_items:
+        if pe in live_set:
+            before[pe] = pending
+            pending = []
+        else:
+            pending.append(pe)
+    out: list[Any] = []
+    shared = [pe for pe in config_items if pe in live_set]
+    shared_iter = iter(shared)
+    live_by_pe = dict(zip(live_keys, live, strict=True))
+    for pe in live_keys:
+        if pe in config_items:
+            nxt = next(shared_iter)
+            for new in before[nxt]:
+                out.append(copy.deepcopy(config_items[new]))
+            out.append(merge(live_by_pe[nxt], config_items[nxt], elem))
+        else:
+            out.append(live_by_pe[pe])
+    for new in pending:
+        out.append(copy.deepcopy(config_items[new]))
+    return out
+
+
+def remove_paths(obj: Any, paths: Iterable[Path], t: Type) -> Any:
+    """``obj`` without the values at ``paths`` (a new object; items of granular lists by element)."""
+    obj = copy.deepcopy(obj)
+    for path in sorted(paths, key=len, reverse=True):
+        _remove(obj, path, t)
+    return obj
+
+
+def _remove(node: Any, path: Path, t: Type) -> None:
+    *parents, last = path
+    for pe in parents:
+        if isinstance(node, dict) and pe.startswith("f:"):
+            key = pe[2:]
+            t = (t.fields.get(key) if t.kind == STRUCT else t.elem) or ATOMIC
+            node = node.get(key)
+        elif isinstance(node, list) and _granular_list(t):
+            node = next((item for item in node if _item_element(t, item) == pe), None)
+            t = t.elem or ATOMIC
+        else:
+            return
+        if node is None:
+            return
+    if isinstance(node, dict) and last.startswith("f:"):
+        node.pop(last[2:], None)
+    elif isinstance(node, list) and _granular_list(t):
+        node[:] = [item for item in node if _item_element(t, item) != last]
+
+
+def path_string(path: Path) -> str:
+    """SMD's ``Path.String``: ``.spec.x``, ``[name="a"]`` for a keyed item, ``[="a"]`` for a set item."""
+    out = []
+    for pe in path:
+        kind, rest = pe[0], pe[2:]
+        if kind == "f":
+            out.append("." + rest)
+        elif kind == "k":
+            key = json.loads(rest)
+            out.append("[" + ",".join(f"{k}={go_json(v)}" for k, v in sorted(key.items())) + "]")
+        elif kind == "v":
+            out.append("[=" + go_json(json.loads(rest)) + "]")
+        else:
+            out.append(f"[{rest}]")
+    return "".join(out)
+
+
+def iteration_order(paths: Iterable[Path]) -> list[Path]:
+    """SMD's ``Set.Iterate`` order: a node's members (sorted) before its children's subtrees."""
+    out: list[Path] = []
+    _iterate(sorted(set(paths)), (), out)
+    return out
+
+
+def _iterate(paths: list[Path], prefix: Path, out: list[Path]) -> None:
+    depth = len(prefix)
+    out.extend(p for p in paths if len(p) == depth + 1)
+    children: dict[str, list[Path]] = {}
+    for p in paths:
+        if len(p) > depth + 1:
+            children.setdefault(p[depth], []).append(p)
+    for pe in sorted(children):
+        _iterate(children[pe], (*prefix, pe), out)

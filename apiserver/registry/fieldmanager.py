@@ -3,7 +3,7 @@ for a custom resource (k8s.io/apimachinery ``pkg/util/managedfields/internal``: 
 ``skipnonapplied.go``, ``capmanagers.go``, ``buildmanagerinfo.go``, ``managedfieldsupdater.go``,
 ``stripmeta.go``, ``managedfields.go``; sigs.k8s.io/structured-merge-diff ``merge/update.go``).
 
-A write (create, update, patch, status write) is recorded as an ``Update`` entry of its manager:
+A non-apply write (create, update, patch, status write) is recorded as an ``Update`` entry of its manager:
 
 * the base is the request's ``managedFields`` when they decode and are not empty (that is how
   clients rename, fold and reset entries), ``[]`` or ``[{}]`` means none, anything else the live
@@ -12,15 +12,24 @@ A write (create, update, patch, status write) is recorded as an ``Update`` entry
 * every entry loses the fields this write changed, added or removed; the manager's entry
   (manager, ``Update``, apiVersion, subresource) gains what it changed or added, minus the fields
   no one owns (``apiVersion``, ``kind``, ``metadata.name``, ...) and what the endpoint may not
-  write (``status`` on the main resource; ``metadata`` and ``spec`` on ``/status``), and its
+  write (``status`` on the main resource; ``spec`` on ``/status``), and its
   ``time`` becomes now — only if it gained something, so a write that changes nothing touches no
   entry;
 * empty entries are dropped; beyond ten Update entries the oldest are merged into an
   ``ancient-changes`` entry per apiVersion;
 * entries are sorted (Apply first, then by time, manager, apiVersion, subresource).
 
+A server-side apply (:meth:`FieldManager.apply`, ``merge/update.go Updater.Apply``) merges the
+configuration into the live object (or an empty one: create-on-apply) by the schema's list and map
+types; an object with no entries is first owned by ``before-first-apply``; the applier's ``Apply``
+entry becomes the configuration's field set; what it applied before, applies no more and no other
+manager owns is removed; fields other managers own that the apply changes are conflicts (409, one
+``FieldManagerConflict`` cause per field) unless ``force`` takes them over; the entry's time moves
+only when the object changes.
+
 The pure rules live here; :mod:`apiserver.registry.store` calls :meth:`FieldManager.update` on the
-decoded object before the strategy prepares it, as kube's handlers call ``UpdateNoErrors``.
+decoded object before the strategy prepares it, as kube's handlers call ``UpdateNoErrors``, and
+:meth:`FieldManager.apply` with the configuration and manager of an apply patch.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apiserver.machinery import errors
 from apiserver.machinery.fieldpath import (
     FieldsV1Error,
     Path,
@@ -38,6 +48,11 @@ from apiserver.machinery.fieldpath import (
     compare,
     from_fields_v1,
     go_json,
+    iteration_order,
+    merge,
+    path_string,
+    remove_paths,
+    set_of,
     to_fields_v1,
 )
 from apiserver.machinery.timefmt import parse_rfc3339
@@ -50,6 +65,7 @@ APPLY, UPDATE = "Apply", "Update"
 FIELDS_V1 = "FieldsV1"
 MAX_UPDATE_MANAGERS = 10  # DefaultMaxUpdateManagers
 ANCIENT_CHANGES = "ancient-changes"
+BEFORE_FIRST_APPLY = "before-first-apply"
 UNKNOWN_MANAGER = "unknown"
 
 # Paths no manager ever owns (stripmeta.go).
@@ -59,10 +75,12 @@ STRIPPED: frozenset[Path] = frozenset({
                                                 "clusterName", "generation", "managedFields", "resourceVersion")),
 })
 
-# What each endpoint may not write, so never records (the CRD strategies' GetResetFields).
+# What each endpoint may not write, so never records (the CRD strategies' GetResetFields, as they act:
+# kube-apiserver serving the CRD records metadata fields written through /status, though its strategy
+# then keeps the stored metadata; the differential test shows both).
 RESET_FIELDS: dict[str, tuple[Path, ...]] = {
     "": (("f:status",),),
-    "status": (("f:metadata",), ("f:spec",)),
+    "status": (("f:spec",),),
 }
 
 
@@ -220,6 +238,42 @@ def timestamps_only_changed(new: dict[str, Any], live: dict[str, Any]) -> bool:
         {k: v for k, v in live.items() if k != "metadata"}
 
 
+def _print_manager(entry: ManagedEntry) -> str:
+    """``printManager``: the name quoted, ``using <apiVersion>`` for an Update, the subresource."""
+    out = go_json(entry.manager)
+    if entry.operation == UPDATE:
+        out += f" using {entry.api_version}"
+    if entry.subresource:
+        out += f" with subresource {go_json(entry.subresource)}"
+    return out
+
+
+def conflict_error(conflicts: dict[str, tuple[ManagedEntry, set[Path]]]) -> errors.ApiError:
+    """kube's ``NewConflictError``: 409 Conflict, one FieldManagerConflict cause per field."""
+    ordered = [(conflicts[key][0], iteration_order(conflicts[key][1])) for key in sorted(conflicts)]
+    causes = [errors.Cause("FieldManagerConflict", f"conflict with {_print_manager(entry)}", path_string(path))
+              for entry, paths in ordered for path in paths]
+    total = len(causes)
+    if total == 1:
+        entry, paths = ordered[0]
+        message = f"Apply failed with 1 conflict: conflict with {_print_manager(entry)}: {path_string(paths[0])}"
+    else:
+        lines = []
+        for entry, paths in ordered:
+            lines.append(f"conflicts with {_print_manager(entry)}:")
+            lines.extend(f"- {path_string(path)}" for path in paths)
+        message = f"Apply failed with {total} conflicts: " + "\n".join(lines)
+    return errors.ApiError(409, "Conflict", message, causes=causes)
+
+
+def _changed(live: dict[str, Any], merged: dict[str, Any]) -> bool:
+    strip = ("managedFields",)
+    return {k: v for k, v in live.items() if k != "metadata"} != {k: v for k, v in merged.items() if k != "metadata"} \
+        or {k: v for k, v in live.get("metadata", {}).items() if k not in strip} != \
+        {k: v for k, v in merged.get("metadata", {}).items() if k not in strip}
+
+
+
 class FieldManager:
     """Update tracking for one resource version: its type (from the schema) and apiVersion."""
 
@@ -256,6 +310,70 @@ class FieldManager:
             return
         if managed:
             meta["managedFields"] = encode_managed_fields(managed)
+
+    def apply(self, live: dict[str, Any] | None, config: dict[str, Any], manager: str,
+              subresource: str = "", force: bool = False, now: dt.datetime | None = None) -> dict[str, Any]:
+        """The object an apply of ``config`` by ``manager`` makes of ``live`` (``None``: a create),
+        with its managedFields: merge, Apply entry, pruning of what the manager stopped applying and
+        no one else owns, conflicts (409 unless ``force``, which takes the fields over)."""
+        when = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
+        base = live if live is not None else {"apiVersion": config.get("apiVersion"), "kind": config.get("kind")}
+        managed = _decode_or_empty(base.get("metadata", {}).get("managedFields"))
+        reset = RESET_FIELDS.get(subresource, ())
+        if live is not None and not managed:  # skipNonApplied: everything so far was written by someone
+            owned = compare({}, live, self.root).added - STRIPPED
+            owned = {p for p in owned if p and not any(p[:len(r)] == r for r in RESET_FIELDS[""])}
+            if owned:
+                first = ManagedEntry(BEFORE_FIRST_APPLY, UPDATE, self.api_version, "", when, owned)
+                managed[first.identity] = first
+        try:
+            applied = set_of(config, self.root)
+        except TypingError as e:
+            raise errors.ApiError(500, "", f"failed to create typed patch object: {e}") from None
+        applied = {p for p in applied - STRIPPED if not any(p[:len(r)] == r for r in reset)}
+        mine = ManagedEntry(manager or UNKNOWN_MANAGER, APPLY, self.api_version, subresource)
+        previous = managed.get(mine.identity)
+        merged = merge(base, config, self.root)
+        merged_meta = merged.setdefault("metadata", {})
+        merged_meta.pop("managedFields", None)
+        # Prune: what the manager applied before, applies no more, and no one else owns.
+        if previous is not None:
+            others = set().union(*(e.paths for k, e in managed.items() if k != mine.identity))
+            kept = applied | others
+            gone = previous.paths - kept
+            doomed = set(gone)
+            for path in gone:  # a struct nobody owns anything in any more goes whole
+                for depth in range(len(path) - 1, 1, -1):
+                    parent = path[:depth]
+                    if parent[-1].startswith("f:") and not any(p[:depth] == parent for p in kept):
+                        doomed.add(parent)
+            merged = remove_paths(merged, doomed, self.root)
+        changes = compare(base, merged, self.root).without_prefixes(reset)
+        touched = changes.modified | changes.added
+        conflicts: dict[str, tuple[ManagedEntry, set[Path]]] = {}
+        for key, entry in managed.items():
+            if key == mine.identity:
+                continue
+            clash = entry.paths & touched
+            if clash:
+                conflicts[key] = (entry, clash)
+        if conflicts and not force:
+            raise conflict_error(conflicts)
+        for key, entry in list(managed.items()):
+            if key == mine.identity:
+                continue
+            entry.paths = entry.paths - (touched if force else set()) - changes.removed
+            if not entry.paths:
+                del managed[key]
+        mine.paths = applied
+        mine.time = when if _changed(base, merged) else (previous.time if previous is not None else None)
+        if mine.paths:
+            managed[mine.identity] = mine
+        else:
+            managed.pop(mine.identity, None)
+        if managed:
+            merged["metadata"]["managedFields"] = encode_managed_fields(managed)
+        return merged
 
     def _track(self, live: dict[str, Any], new: dict[str, Any], managed: Managed, manager: str,
                subresource: str, now: dt.datetime | None) -> Managed:

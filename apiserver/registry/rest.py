@@ -32,6 +32,7 @@ class WriteOptions:
     dry_run: bool = False
     field_validation: str = "Warn"  # Strict | Warn | Ignore
     field_manager: str = ""  # the manager of managedFields entries: fieldManager, else from the User-Agent
+    force: bool = False  # apply only: take over the fields of conflicting managers
 
 
 @dataclass

@@ -15,7 +15,7 @@ import contextlib
 import json
 import secrets
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from apiserver.machinery import errors, validation
 from apiserver.machinery.jsonutil import json_copy
@@ -105,10 +105,12 @@ class Registry:
                 "the namespace of the provided object does not match the namespace sent on the request")
         meta["namespace"] = namespace
 
-    async def create(self, namespace: str, obj: Obj, opts: WriteOptions) -> Result:
-        """Store a new object (``obj`` is decoded, checked for its kind and pruned; it is taken over)."""
+    async def create(self, namespace: str, obj: Obj, opts: WriteOptions, applied: bool = False) -> Result:
+        """Store a new object (``obj`` is decoded, checked for its kind and pruned; it is taken over).
+        ``applied``: its managedFields are an apply's, already made."""
         self._check_namespace(obj, namespace)
-        self.field_manager.update(None, obj, opts.field_manager)
+        if not applied:
+            self.field_manager.update(None, obj, opts.field_manager)
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = generate_name(str(meta["generateName"]))
@@ -147,15 +149,50 @@ class Registry:
         than once, against a newer state each time a concurrent write wins."""
         return await self._update(namespace, name, updated, opts, subresource)
 
+    async def apply(self, namespace: str, name: str, config: Obj, opts: WriteOptions, subresource: str,
+                    check: Callable[[Obj], Obj]) -> Result:
+        """Server-side apply of ``config`` by ``opts.field_manager`` (``opts.force`` takes fields
+        over): merged into the current object by the field manager, or into an empty one when
+        there is none (not through ``/status``); ``check`` decodes the merged object as a request
+        body (kind, pruning, fieldValidation, the name on the URL)."""
+        api_version, kind = config.get("apiVersion"), config.get("kind")
+        if api_version != self.info.group_version or kind != self.info.kind:
+            group, _, version = str(api_version or "").rpartition("/")
+            raise errors.bad_request(f"invalid object type: {group}/{version}, Kind={kind or ''}")
+        meta = config.get("metadata")
+        if isinstance(meta, dict) and meta.get("managedFields") is not None:
+            raise errors.bad_request("metadata.managedFields must be nil")
+        try:
+            await self.get(namespace, name)
+            exists = True
+        except errors.ApiError as e:
+            if e.code != 404 or subresource:
+                raise
+            exists = False
+        if not exists:
+            new = check(self.field_manager.apply(None, config, opts.field_manager, subresource, opts.force))
+            uid = new["metadata"].get("uid")
+            if uid:
+                raise self._conflict(name, f"uid mismatch: the provided object specified uid {uid}, and no "
+                                           "existing object was found")
+            if not new["metadata"].get("name"):
+                raise errors.bad_request(f"the name of the object () does not match the name on the URL ({name})")
+            return await self.create(namespace, new, opts, applied=True)
+
+        async def applied(current: Obj) -> Obj:
+            return check(self.field_manager.apply(current, config, opts.field_manager, subresource, opts.force))
+        return await self._update(namespace, name, applied, opts, subresource, tracked=True)
+
     async def _update(self, namespace: str, name: str, updated: UpdatedObject, opts: WriteOptions,
-                      subresource: str, expected_rv: str | None = None) -> Result:
+                      subresource: str, expected_rv: str | None = None, tracked: bool = False) -> Result:
         async def update(current: Obj) -> Obj:
             new = await updated(current)
             self._check_namespace(new, namespace)
             new["metadata"]["name"] = name
             if str(new["metadata"].get("resourceVersion", "")) != current["metadata"]["resourceVersion"]:
                 raise self._conflict(name)
-            self.field_manager.update(current, new, opts.field_manager, subresource)
+            if not tracked:  # an apply's managedFields are made with the merge
+                self.field_manager.update(current, new, opts.field_manager, subresource)
             managed_fields = new["metadata"].get("managedFields")
             new = self._prepare_update(new, current, subresource)
             if managed_fields is None:  # the strategy may have copied the stored object's metadata

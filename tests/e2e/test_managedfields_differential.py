@@ -246,3 +246,102 @@ def test_openapi_v3_publishes_the_merge_structure_kube_publishes_for_the_crd(cli
     kube, ours = merge_structure(docs["baseline"], kind), merge_structure(docs["ours"], kind)
     assert ".status.conditions" in kube and ".metadata.finalizers" in kube, kube
     assert ours == kube, json.dumps({"kube": kube, "ours": ours}, indent=1, sort_keys=True)
+    # The PATCH operations accept the same bodies (kubectl picks its patch type from this list).
+    item = "/apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclusters/{name}"
+    for path in (item, item + "/status"):
+        accepted = {name: list(doc["paths"][path]["patch"]["requestBody"]["content"]) for name, doc in docs.items()}
+        assert accepted["ours"] == accepted["baseline"], accepted
+
+
+APPLY = "application/apply-patch+yaml"
+
+
+def applied(name: str, **spec: Any) -> Obj:
+    return {"apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
+            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
+def test_server_side_apply_creates_keeps_conflicts_forces_and_removes(clients: dict[str, Client]) -> None:
+    name = "ssa"
+    config = applied(name, kubeconfig="a", externalIps=["10.0.0.1"], kubeInKubeConfig={"apiServerReplicas": 1})
+    config["metadata"]["labels"] = {"team": "a"}
+    created = both(clients, lambda c: c.send("PATCH", f"/{name}", config, APPLY, fieldManager="mgr-a", force="false"))
+    assert created["ours"][0] == 201
+    rvs = {n: get(c, name)["metadata"]["resourceVersion"] for n, c in clients.items()}
+    # The same apply again changes nothing: 200, same resourceVersion.
+    again = both(clients, lambda c: c.send("PATCH", f"/{name}", config, APPLY, fieldManager="mgr-a"))
+    assert {n: body["metadata"]["resourceVersion"] for n, (_, body) in again.items()} == rvs
+    # Another manager takes two of the fields with an update ...
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"spec": {"kubeconfig": "b", "kubeInKubeConfig": {
+        "apiServerReplicas": 3}}}, MERGE, fieldManager="kubectl-edit"))
+    # ... so applying other values conflicts, field by field, and writes nothing.
+    changed = applied(name, kubeconfig="c", externalIps=["10.0.0.1"], kubeInKubeConfig={"apiServerReplicas": 5})
+    changed["metadata"]["labels"] = {"team": "a"}
+    conflict = both(clients, lambda c: c.send("PATCH", f"/{name}", changed, APPLY, fieldManager="mgr-a"))
+    assert conflict["ours"][0] == 409
+    one = applied(name, kubeconfig="c")
+    both(clients, lambda c: c.send("PATCH", f"/{name}", one, APPLY, fieldManager="other", force="false"))
+    # force takes them over.
+    both(clients, lambda c: c.send("PATCH", f"/{name}", changed, APPLY, fieldManager="mgr-a", force="true"))
+    # Fields the manager stops applying, owned by no one else, are removed (externalIps stays
+    # applied: it is immutable here, a rule the CRD does not have).
+    dropped = applied(name, kubeconfig="c", externalIps=["10.0.0.1"])
+    result = both(clients, lambda c: c.send("PATCH", f"/{name}", dropped, APPLY, fieldManager="mgr-a"))
+    for _, body in result.values():
+        assert "kubeInKubeConfig" not in body["spec"], body
+        assert body["metadata"].get("labels") is None, body
+
+
+def test_server_side_apply_errors_status_and_dry_run(clients: dict[str, Client]) -> None:
+    name = "ssa-more"
+    # No fieldManager; force on a merge patch; wrong kind; managedFields in the body.
+    both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name), APPLY))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"spec": {}}, MERGE, fieldManager="x", force="false"))
+    wrong = {**applied(name), "apiVersion": "kosmos.io/v1alpha2"}
+    both(clients, lambda c: c.send("PATCH", f"/{name}", wrong, APPLY, fieldManager="x"))
+    # /status of a missing object is not created.
+    both(clients, lambda c: c.send("PATCH", f"/{name}/status", {**applied(name), "status": {"phase": "Running"}},
+                                   APPLY, fieldManager="vc-controller"))
+    # A dry-run create answers 201 and stores nothing.
+    dry = both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name, kubeconfig="a"), APPLY,
+                                         fieldManager="flux", dryRun="All", force="true"))
+    assert dry["ours"][0] == 201
+    for _, body in dry.values():
+        assert not body["metadata"].get("resourceVersion"), body
+    for c in clients.values():
+        assert c.send("GET", f"/{name}")[0] == 404
+    both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name, kubeconfig="a"), APPLY, fieldManager="flux"))
+    with_mf = applied(name)
+    with_mf["metadata"]["managedFields"] = []
+    both(clients, lambda c: c.send("PATCH", f"/{name}", with_mf, APPLY, fieldManager="x"))
+    # Status through /status: only status is owned, with the subresource.
+    body = {**applied(name, kubeconfig="zzz"), "status": {"phase": "Completed", "reason": "done"}}
+    body["metadata"]["labels"] = {"x": "yes"}
+    result = both(clients, lambda c: c.send("PATCH", f"/{name}/status", body, APPLY, fieldManager="vc-controller"))
+    for _, obj in result.values():
+        assert obj["spec"]["kubeconfig"] == "a" and obj["status"]["phase"] == "Completed", obj
+    # A dry-run apply of an existing object: 200 with the live resourceVersion, nothing stored.
+    both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name, kubeconfig="b"), APPLY,
+                                   fieldManager="argocd-controller", dryRun="All", force="true"))
+    for c in clients.values():
+        assert get(c, name)["spec"]["kubeconfig"] == "a"
+
+
+def test_status_writes_record_metadata_but_not_spec(clients: dict[str, Client]) -> None:
+    """kube-apiserver serving the CRD resets only spec for ownership on /status: metadata written
+    there is recorded (its strategy still keeps the stored metadata)."""
+    name = "status-meta"
+    both(clients, lambda c: c.send("POST", "", manifest(name), fieldManager="kubectl-create"))
+
+    def status(c: Client) -> tuple[int, Obj]:
+        obj = get(c, name)
+        obj["metadata"]["labels"]["x"] = "yes"
+        obj["spec"]["kubeconfig"] = "zzz"
+        obj["status"] = {"phase": "Preparing"}
+        return c.send("PUT", f"/{name}/status", obj, fieldManager="vc-controller")
+    result = both(clients, status)
+    for _, obj in result.values():
+        assert "x" not in obj["metadata"]["labels"], obj
+    both(clients, lambda c: c.send("PATCH", f"/{name}/status", {"metadata": {"annotations": {"a": "b"}},
+                                                                 "status": {"phase": "Completed"}}, MERGE,
+                                   fieldManager="vc-controller"))
