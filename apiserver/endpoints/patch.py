@@ -83,7 +83,7 @@ def decode(content_type: str, body: bytes) -> Patch | ApplyPatch:
 
 def _decode_apply(body: bytes) -> ApplyPatch:
     """YAML (JSON is YAML) to a JSON object: 400 ``error encoding patch`` when it does not parse,
-    ``error decoding patch`` when it is not an object."""
+    ``error decoding YAML`` when it is not an object."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -93,10 +93,13 @@ def _decode_apply(body: bytes) -> ApplyPatch:
         except (yaml.YAMLError, TypeError) as e:
             raise errors.bad_request(f"error encoding patch: {e}") from None
     check_nesting(document, "the patch", raw=body)
+    if document is None:  # null decodes to an empty object, which names no kind
+        document = {}
     if not isinstance(document, dict):
-        kind = "array" if isinstance(document, list) else type(document).__name__
-        raise errors.bad_request(f"error decoding patch: json: cannot unmarshal {kind} into Go value of type "
-                                 "map[string]interface {}")
+        kind = ("array" if isinstance(document, list) else "bool" if isinstance(document, bool)
+                else "string" if isinstance(document, str) else "number")
+        raise errors.bad_request("error decoding YAML: error unmarshaling JSON: while decoding JSON: json: "
+                                 f"cannot unmarshal {kind} into Go value of type map[string]interface {{}}")
     return ApplyPatch(document)
 
 

@@ -64,6 +64,8 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:  # StatusReasonUnknown is omitted (a plain error kube turns into a Status)
+            del body["reason"]
         details: dict[str, Any] = {}
         if self.name:
             details["name"] = self.name

@@ -162,6 +162,13 @@ class Registry:
         meta = config.get("metadata")
         if isinstance(meta, dict) and meta.get("managedFields") is not None:
             raise errors.bad_request("metadata.managedFields must be nil")
+        unknown = self.strategy.prune(json_copy(config))
+        if unknown:  # the configuration does not type-check: kube answers 500 (kubernetes#122480)
+            meta = meta if isinstance(meta, dict) else {}
+            problems = [f".{path}: field not declared in schema" for path in unknown]
+            detail = problems[0] if len(problems) == 1 else "\n".join(["errors:", *(f"  {p}" for p in problems)])
+            raise errors.ApiError(500, "", f"failed to create typed patch object ({meta.get('namespace', '')}/"
+                                           f"{meta.get('name', '')}; {api_version}, Kind={kind}): {detail}")
         try:
             await self.get(namespace, name)
             exists = True

@@ -34,8 +34,9 @@ class Client:
     def send(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
              user_agent: str = "differential-test/1.0", **query: str) -> tuple[int, Obj]:
         qs = "&".join(f"{k}={v}" for k, v in query.items())
+        data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + API + path + (f"?{qs}" if qs else ""), method=method,
-                                     data=None if body is None else json.dumps(body).encode(),
+                                     data=data,
                                      headers={"Content-Type": content_type, "User-Agent": user_agent})
         try:
             with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:
@@ -314,6 +315,25 @@ def test_server_side_apply_errors_status_and_dry_run(clients: dict[str, Client])
     with_mf = applied(name)
     with_mf["metadata"]["managedFields"] = []
     both(clients, lambda c: c.send("PATCH", f"/{name}", with_mf, APPLY, fieldManager="x"))
+    # A YAML body; then YAML that does not parse, and a body that is not an object.
+    yaml_body = (f"apiVersion: kosmos.io/v1alpha1\nkind: VirtualCluster\nmetadata:\n  name: {name}\n"
+                 f"  labels:\n    created: 2024-01-02\nspec:\n  kubeconfig: a\n").encode()
+    both(clients, lambda c: c.send("PATCH", f"/{name}", yaml_body, APPLY, fieldManager="yaml"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", b"[1, 2]", APPLY, fieldManager="yaml"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", b"null", APPLY, fieldManager="yaml"))
+    # A field the schema does not declare: kube answers 500 (kubernetes#122480).
+    bogus = applied(name, kubeconfig="a", bogus=1)
+    both(clients, lambda c: c.send("PATCH", f"/{name}", bogus, APPLY, fieldManager="flux"))
+    # A stale resourceVersion, another namespace, a uid on create.
+    stale = applied(name, kubeconfig="a")
+    stale["metadata"]["resourceVersion"] = "1"
+    both(clients, lambda c: c.send("PATCH", f"/{name}", stale, APPLY, fieldManager="flux"))
+    elsewhere = applied(name, kubeconfig="a")
+    elsewhere["metadata"]["namespace"] = "other"
+    both(clients, lambda c: c.send("PATCH", f"/{name}", elsewhere, APPLY, fieldManager="flux"))
+    with_uid = applied("ssa-uid")
+    with_uid["metadata"]["uid"] = "6b1b7a4e-0000-4000-8000-000000000002"
+    both(clients, lambda c: c.send("PATCH", "/ssa-uid", with_uid, APPLY, fieldManager="flux"))
     # Status through /status: only status is owned, with the subresource.
     body = {**applied(name, kubeconfig="zzz"), "status": {"phase": "Completed", "reason": "done"}}
     body["metadata"]["labels"] = {"x": "yes"}
