@@ -390,8 +390,10 @@ def _merge_list(live: list[Any], config: list[Any], t: Type) -> list[Any]:
 def remove_paths(obj: Any, paths: Iterable[Path], t: Type) -> Any:
     """``obj`` without the values at ``paths`` (a new object; items of granular lists by element)."""
     obj = copy.deepcopy(obj)
-    for path in sorted(paths, key=len, reverse=True):
-        _remove(obj, path, t)
+    paths = set(paths)
+    for path in paths:
+        if not any(path[:depth] in paths for depth in range(1, len(path))):  # the outermost goes whole
+            _remove(obj, path, t)
     return obj
 
 

@@ -365,3 +365,28 @@ def test_status_writes_record_metadata_but_not_spec(clients: dict[str, Client]) 
     both(clients, lambda c: c.send("PATCH", f"/{name}/status", {"metadata": {"annotations": {"a": "b"}},
                                                                  "status": {"phase": "Completed"}}, MERGE,
                                    fieldManager="vc-controller"))
+
+
+def test_server_side_apply_of_sets_and_keyed_lists(clients: dict[str, Client]) -> None:
+    """Items of sets and keyed lists are owned one by one: two managers share a list, the order
+    of the merge is kube's, and an item one manager drops goes while the other's stay."""
+    name = "ssa-lists"
+
+    def spec_apply(manager: str, nodes: list[str], infos: list[Obj], **query: str) -> Any:
+        body = applied(name, promoteResources={"nodes": nodes, "nodeInfos": infos})
+        return lambda c: c.send("PATCH", f"/{name}", body, APPLY, fieldManager=manager, **query)
+
+    both(clients, spec_apply("one", ["a", "b", "c", "d"], [{"nodeName": "a"}, {"nodeName": "b"}]))
+    result = both(clients, spec_apply("two", ["a", "aprime", "c", "cprime"], [{"nodeName": "c"}]))
+    orders = {n: body["spec"]["promoteResources"] for n, (_, body) in result.items()}
+    assert orders["ours"] == orders["baseline"], orders
+    result = both(clients, spec_apply("one", ["b"], [{"nodeName": "b"}]))
+    orders = {n: body["spec"]["promoteResources"] for n, (_, body) in result.items()}
+    assert orders["ours"] == orders["baseline"], orders
+
+    def conditions(manager: str, items: list[Obj], **query: str) -> Any:
+        body = {**applied(name), "status": {"conditions": items}}
+        return lambda c: c.send("PATCH", f"/{name}/status", body, APPLY, fieldManager=manager, **query)
+    both(clients, conditions("a", [{"type": "Ready", "status": "True"}]))
+    both(clients, conditions("b", [{"type": "Ready", "status": "False"}, {"type": "Synced", "status": "True"}]))
+    both(clients, conditions("b", [{"type": "Ready", "status": "False"}], force="true"))

@@ -158,3 +158,12 @@ def test_paths_print_as_structured_merge_diff_prints_them() -> None:
         ".metadata.labels.app.kubernetes.io/name"
     assert path_string(("f:spec", 'k:{"name":"a"}', "f:value")) == '.spec[name="a"].value'
     assert path_string(("f:spec", 'v:"a"')) == '.spec[="a"]'
+
+
+def test_a_keyed_item_the_manager_stops_applying_goes_whole() -> None:
+    """✔ §5.2.5: the item and the fields in it go together (the differential test checks the order)."""
+    first = config({"promoteResources": {"nodeInfos": [{"nodeName": "a"}, {"nodeName": "b"}], "nodes": ["x", "y"]}})
+    live = stored(manager().apply(None, first, "one", now=at(0)))
+    kept = config({"promoteResources": {"nodeInfos": [{"nodeName": "b"}], "nodes": ["y"]}})
+    obj = manager().apply(live, kept, "one", now=at(1))
+    assert obj["spec"]["promoteResources"] == {"nodeInfos": [{"nodeName": "b"}], "nodes": ["y"]}
