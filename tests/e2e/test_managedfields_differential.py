@@ -390,3 +390,22 @@ def test_server_side_apply_of_sets_and_keyed_lists(clients: dict[str, Client]) -
     both(clients, conditions("a", [{"type": "Ready", "status": "True"}]))
     both(clients, conditions("b", [{"type": "Ready", "status": "False"}, {"type": "Synced", "status": "True"}]))
     both(clients, conditions("b", [{"type": "Ready", "status": "False"}], force="true"))
+
+
+def test_server_side_apply_after_updates_and_resets(clients: dict[str, Client]) -> None:
+    """Co-ownership with an updater, a field shared by two appliers, and an object whose entries
+    were reset (its fields then belong to before-first-apply)."""
+    name = "ssa-shared"
+    both(clients, lambda c: c.send("POST", "", manifest(name), fieldManager="kubectl-create"))
+    same = applied(name, externalIps=["10.0.0.2", "10.0.0.1"], promotePolicies=[{"nodeCount": 1}])
+    both(clients, lambda c: c.send("PATCH", f"/{name}", same, APPLY, fieldManager="kubectl"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name, kubeconfig="k"), APPLY, fieldManager="one"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name, kubeconfig="k"), APPLY, fieldManager="two"))
+    result = both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name), APPLY, fieldManager="one"))
+    assert all(body["spec"]["kubeconfig"] == "k" for _, body in result.values())
+    result = both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name), APPLY, fieldManager="two"))
+    assert all("kubeconfig" not in body["spec"] for _, body in result.values())
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [{}]}}, MERGE,
+                                   fieldManager="resetter"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"spec": {"kubeconfig": "z"}}, MERGE, fieldManager="p"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name, kubeconfig="y"), APPLY, fieldManager="one"))
