@@ -156,12 +156,14 @@ class ResourceHandlers:
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
         content_type = request.headers.get("Content-Type", "")
         opts = patch_options(request, patch.media_type(content_type) == patch.APPLY_PATCH)
-        patcher = patch.decode(content_type, await request.read())
+        patcher = patch.decode(content_type, await request.read(), strict=opts.field_validation == "Strict")
         name = request.match_info["name"]
         namespace, subresource = request.match_info["namespace"], request.match_info.get("subresource", "")
         warnings: list[str] = []
         if isinstance(patcher, patch.ApplyPatch):
             def checked(merged: Obj) -> Obj:
+                if patcher.strict_error is not None:
+                    raise patcher.strict_error
                 obj, warnings[:] = self.decoder.decode(merged, opts.field_validation, name=name, patched=True)
                 return obj
             result = await self.registry.apply(namespace, name, patcher.config, opts, subresource, checked)

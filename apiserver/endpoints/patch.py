@@ -35,9 +35,12 @@ _YAMLLoader.yaml_implicit_resolvers = {
 
 @dataclass(frozen=True)
 class ApplyPatch:
-    """A server-side apply configuration (a JSON object); the field manager merges it."""
+    """A server-side apply configuration (a JSON object); the field manager merges it.
+    ``strict_error``: what fieldValidation=Strict refuses in the body (a key given twice), raised
+    only once the apply has succeeded, as kube checks it."""
 
     config: dict[str, Any]
+    strict_error: errors.ApiError | None = None
 
 
 @dataclass(frozen=True)
@@ -66,11 +69,12 @@ def media_type(content_type: str) -> str:
     return media
 
 
-def decode(content_type: str, body: bytes) -> Patch | ApplyPatch:
-    """A patch of the given media type: 415 for a type not served, 400 for a body that is not one."""
+def decode(content_type: str, body: bytes, strict: bool = False) -> Patch | ApplyPatch:
+    """A patch of the given media type: 415 for a type not served, 400 for a body that is not one.
+    ``strict`` (fieldValidation=Strict): an apply body with a key twice in a map is refused."""
     media = media_type(content_type)
     if media == APPLY_PATCH:
-        return _decode_apply(body)
+        return _decode_apply(body, strict)
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -81,17 +85,52 @@ def decode(content_type: str, body: bytes) -> Patch | ApplyPatch:
     return Patch(media, document)
 
 
-def _decode_apply(body: bytes) -> ApplyPatch:
-    """YAML (JSON is YAML) to a JSON object: 400 ``error encoding patch`` when it does not parse,
-    ``error decoding YAML`` when it is not an object."""
+def _duplicate_keys(node: yaml.Node, out: list[str]) -> list[str]:
+    """go-yaml's strict errors: ``line N: key "k" already set in map`` for each repeated key."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                if key.value in seen:
+                    out.append(f'line {key.start_mark.line + 1}: key "{key.value}" already set in map')
+                seen.add(key.value)
+            _duplicate_keys(value, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _duplicate_keys(item, out)
+    return out
+
+
+def _yaml_error(e: yaml.YAMLError) -> str:
+    """go-yaml's wording of a syntax error, as near as PyYAML's report allows."""
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        return f"yaml: line {e.problem_mark.line}: {e.problem}"
+    return f"yaml: {e}"
+
+
+def _decode_apply(body: bytes, strict: bool = False) -> ApplyPatch:
+    """YAML (JSON is YAML) to a JSON object: 400 ``error decoding YAML`` when it does not parse or is
+    not an object; with ``strict``, ``error strict decoding YAML`` for a key given twice."""
+    strict_error = None
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
         try:
             document = yaml.load(body, Loader=_YAMLLoader)  # noqa: S506 - a safe loader
             document = orjson.loads(orjson.dumps(document))
-        except (yaml.YAMLError, TypeError) as e:
-            raise errors.bad_request(f"error encoding patch: {e}") from None
+        except yaml.YAMLError as e:
+            raise errors.bad_request(f"error decoding YAML: error converting YAML to JSON: {_yaml_error(e)}") \
+                from None
+        except TypeError as e:
+            raise errors.bad_request(f"error decoding YAML: error converting YAML to JSON: {e}") from None
+    if strict:
+        try:
+            duplicates = _duplicate_keys(yaml.compose(body, Loader=_YAMLLoader), [])  # noqa: S506
+        except yaml.YAMLError:
+            duplicates = []
+        if duplicates:
+            strict_error = errors.bad_request("error strict decoding YAML: error converting YAML to JSON: yaml: "
+                                              "unmarshal errors:\n  " + "\n  ".join(duplicates))
     check_nesting(document, "the patch", raw=body)
     if document is None:  # null decodes to an empty object, which names no kind
         document = {}
@@ -100,7 +139,7 @@ def _decode_apply(body: bytes) -> ApplyPatch:
                 else "string" if isinstance(document, str) else "number")
         raise errors.bad_request("error decoding YAML: error unmarshaling JSON: while decoding JSON: json: "
                                  f"cannot unmarshal {kind} into Go value of type map[string]interface {{}}")
-    return ApplyPatch(document)
+    return ApplyPatch(document, strict_error)
 
 
 def _json_patch(current: dict[str, Any], document: Any) -> Any:

@@ -321,6 +321,13 @@ def test_server_side_apply_errors_status_and_dry_run(clients: dict[str, Client])
     both(clients, lambda c: c.send("PATCH", f"/{name}", yaml_body, APPLY, fieldManager="yaml"))
     both(clients, lambda c: c.send("PATCH", f"/{name}", b"[1, 2]", APPLY, fieldManager="yaml"))
     both(clients, lambda c: c.send("PATCH", f"/{name}", b"null", APPLY, fieldManager="yaml"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", b"a: [", APPLY, fieldManager="yaml"))
+    twice = (b'{"apiVersion":"kosmos.io/v1alpha1","kind":"VirtualCluster","metadata":{"name":"' + name.encode() +
+             b'"},"spec":{"kubeconfig":"a","kubeconfig":"b"}}')
+    # Strict refuses a key given twice, but only once the apply has succeeded (a conflict comes first).
+    both(clients, lambda c: c.send("PATCH", f"/{name}", twice, APPLY, fieldManager="yaml", fieldValidation="Strict"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", twice, APPLY, fieldManager="yaml", force="true",
+                                   fieldValidation="Strict"))
     # A field the schema does not declare: kube answers 500 (kubernetes#122480).
     bogus = applied(name, kubeconfig="a", bogus=1)
     both(clients, lambda c: c.send("PATCH", f"/{name}", bogus, APPLY, fieldManager="flux"))
