@@ -214,9 +214,9 @@ MERGE_EXTENSIONS = ("x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-k
 
 
 def merge_structure(doc: Obj, kind: str) -> dict[str, Obj]:
-    """Every merge extension of a kind's schema in an OpenAPI v3 document, by property path,
+    """Every merge extension of a kind's schema in an OpenAPI v2 or v3 document, by property path,
     following ``$ref`` (also kube's ``allOf: [{$ref}]`` wrapping) into the document's components."""
-    schemas = doc["components"]["schemas"]
+    schemas = doc["components"]["schemas"] if "components" in doc else doc["definitions"]
     out: dict[str, Obj] = {}
 
     def walk(node: Obj, path: str, seen: frozenset[str]) -> None:
@@ -252,6 +252,12 @@ def test_openapi_v3_publishes_the_merge_structure_kube_publishes_for_the_crd(cli
     for path in (item, item + "/status"):
         accepted = {name: list(doc["paths"][path]["patch"]["requestBody"]["content"]) for name, doc in docs.items()}
         assert accepted["ours"] == accepted["baseline"], accepted
+    v2 = {name: c.get_raw("/openapi/v2") for name, c in clients.items()}
+    for path in (item, item + "/status"):
+        consumes = {name: doc["paths"][path]["patch"]["consumes"] for name, doc in v2.items()}
+        assert consumes["ours"] == consumes["baseline"], consumes
+    kube_v2, ours_v2 = merge_structure(v2["baseline"], kind), merge_structure(v2["ours"], kind)
+    assert ours_v2 == kube_v2, json.dumps({"kube": kube_v2, "ours": ours_v2}, indent=1, sort_keys=True)
 
 
 APPLY = "application/apply-patch+yaml"
