@@ -34,7 +34,9 @@ decoded object before the strategy prepares it, as kube's handlers call ``Update
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +68,9 @@ FIELDS_V1 = "FieldsV1"
 MAX_UPDATE_MANAGERS = 10  # DefaultMaxUpdateManagers
 ANCIENT_CHANGES = "ancient-changes"
 BEFORE_FIRST_APPLY = "before-first-apply"
+KUBECTL = "kubectl"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 UNKNOWN_MANAGER = "unknown"
 
 # Paths no manager ever owns (stripmeta.go).
@@ -266,6 +271,24 @@ def conflict_error(conflicts: dict[str, tuple[ManagedEntry, set[Path]]]) -> erro
     return errors.ApiError(409, "Conflict", message, causes=causes)
 
 
+def _sync_last_applied(merged: dict[str, Any], config: dict[str, Any]) -> None:
+    """lastAppliedUpdater: after kubectl's apply, an object keeping kubectl's last-applied annotation
+    has it rewritten to the applied configuration (without the annotation), as kubectl writes it;
+    dropped if the annotations would outgrow their limit. Not tracked by any entry."""
+    annotations = merged.get("metadata", {}).get("annotations")
+    if not isinstance(annotations, dict) or LAST_APPLIED not in annotations:
+        return
+    applied = copy.deepcopy(config)
+    applied_annotations = (applied.get("metadata") or {}).get("annotations")
+    if isinstance(applied_annotations, dict):
+        applied_annotations.pop(LAST_APPLIED, None)
+        if not applied_annotations:
+            applied["metadata"].pop("annotations")
+    annotations[LAST_APPLIED] = go_json(applied) + "\n"
+    if sum(len(k) + len(str(v)) for k, v in annotations.items()) > TOTAL_ANNOTATION_SIZE_LIMIT:
+        del annotations[LAST_APPLIED]
+
+
 def _changed(live: dict[str, Any], merged: dict[str, Any]) -> bool:
     strip = ("managedFields",)
     return {k: v for k, v in live.items() if k != "metadata"} != {k: v for k, v in merged.items() if k != "metadata"} \
@@ -357,6 +380,12 @@ class FieldManager:
             clash = entry.paths & touched
             if clash:
                 conflicts[key] = (entry, clash)
+        if conflicts and not force and manager == KUBECTL and live is not None:
+            # lastAppliedManager: kubectl's own client-side apply wrote the fields it conflicts on
+            allowed = self._allowed_by_last_applied(live)
+            conflicts = {key: (entry, paths - allowed) for key, (entry, paths) in conflicts.items()
+                         if paths - allowed}
+            force = not conflicts
         if conflicts and not force:
             raise conflict_error(conflicts)
         for key, entry in list(managed.items()):
@@ -373,7 +402,27 @@ class FieldManager:
             managed.pop(mine.identity, None)
         if managed:
             merged["metadata"]["managedFields"] = encode_managed_fields(managed)
+        if manager == KUBECTL:
+            _sync_last_applied(merged, config)
         return merged
+
+    def _allowed_by_last_applied(self, live: dict[str, Any]) -> set[Path]:
+        """The fields of kubectl's last-applied annotation whose values the live object still has
+        (when the annotation is of this apiVersion): conflicts on them are forgiven."""
+        raw = ((live.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED)
+        if not raw:
+            return set()
+        try:
+            last = json.loads(raw)
+        except ValueError:
+            return set()
+        if not isinstance(last, dict) or last.get("apiVersion") != self.api_version:
+            return set()
+        try:
+            changes = compare(last, live, self.root)
+            return set_of(last, self.root) - changes.modified - changes.removed
+        except TypingError:
+            return set()
 
     def _track(self, live: dict[str, Any], new: dict[str, Any], managed: Managed, manager: str,
                subresource: str, now: dt.datetime | None) -> Managed:

@@ -422,3 +422,20 @@ def test_server_side_apply_after_updates_and_resets(clients: dict[str, Client]) 
                                    fieldManager="resetter"))
     both(clients, lambda c: c.send("PATCH", f"/{name}", {"spec": {"kubeconfig": "z"}}, MERGE, fieldManager="p"))
     both(clients, lambda c: c.send("PATCH", f"/{name}", applied(name, kubeconfig="y"), APPLY, fieldManager="one"))
+
+
+def test_kubectl_apply_server_side_after_client_side_apply(clients: dict[str, Client]) -> None:
+    """kubectl's own conflicts with what its client-side apply wrote are forgiven (for the manager
+    kubectl only), and its last-applied annotation is rewritten to the applied configuration."""
+    for manager, name in (("kubectl", "csa-kubectl"), ("argocd-controller", "csa-argo")):
+        manifest_ = applied(name, kubeconfig="a")
+        created = {**manifest_, "metadata": {**manifest_["metadata"], "annotations": {
+            "kubectl.kubernetes.io/last-applied-configuration": json.dumps(manifest_) + "\n"}}}
+        both(clients, lambda c, body=created: c.send("POST", "", body, fieldManager="kubectl-client-side-apply"))
+        changed = applied(name, kubeconfig="b")
+        result = both(clients, lambda c, body=changed, name=name, manager=manager: c.send(
+            "PATCH", f"/{name}", body, APPLY, fieldManager=manager, force="false"))
+        assert result["ours"][0] == (200 if manager == "kubectl" else 409), result["ours"]
+        if manager == "kubectl":
+            notes = {n: body["metadata"]["annotations"] for n, (_, body) in result.items()}
+            assert notes["ours"] == notes["baseline"], notes

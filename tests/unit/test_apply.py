@@ -167,3 +167,20 @@ def test_a_keyed_item_the_manager_stops_applying_goes_whole() -> None:
     kept = config({"promoteResources": {"nodeInfos": [{"nodeName": "b"}], "nodes": ["y"]}})
     obj = manager().apply(live, kept, "one", now=at(1))
     assert obj["spec"]["promoteResources"] == {"nodeInfos": [{"nodeName": "b"}], "nodes": ["y"]}
+
+
+def test_kubectl_is_forgiven_conflicts_with_its_client_side_apply_and_rewrites_the_annotation() -> None:
+    """✔ case 29: for kubectl only; the annotation becomes the applied configuration plus a newline."""
+    import json
+
+    last = config({"kubeconfig": "a"})
+    live = stored(config({"kubeconfig": "a"}, annotations={
+        "kubectl.kubernetes.io/last-applied-configuration": json.dumps(last)}))
+    manager().update(None, live, "kubectl-client-side-apply", now=at(0))
+    changed = config({"kubeconfig": "b"})
+    obj = manager().apply(live, changed, "kubectl", now=at(1))
+    assert obj["spec"]["kubeconfig"] == "b"
+    assert obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] == \
+        json.dumps(changed, separators=(",", ":"), sort_keys=True) + "\n"
+    with pytest.raises(errors.ApiError):
+        manager().apply(live, changed, "argocd-controller", now=at(1))
