@@ -311,3 +311,44 @@ def test_delete_waits_for_the_finalizer_and_returns(kubectl: Kubectl, namespace:
     assert time.monotonic() - started < 30
     gone = kubectl.run("get", "vc", "fin", "-n", namespace, check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
+def test_apply_server_side_creates_keeps_conflicts_and_forces(kubectl: Kubectl, namespace: str) -> None:
+    manifest = vc("ssa1", namespace)
+    assert "ssa1 serverside-applied" in apply(kubectl, manifest, "--server-side").stdout
+    assert "ssa1 serverside-applied" in apply(kubectl, manifest, "--server-side").stdout
+    got = kubectl.json("get", "vc", "ssa1", "-n", namespace, "--show-managed-fields")
+    # The reconciler's status writes are its own Update entry; the applier is the one Apply entry.
+    assert [e["manager"] for e in got["metadata"]["managedFields"] if e["operation"] == "Apply"] == ["kubectl"]
+    other = json.loads(json.dumps(manifest))
+    other["metadata"]["labels"] = {"team": "b"}
+    apply(kubectl, other, "--server-side", "--field-manager=flux")
+    mine = json.loads(json.dumps(manifest))
+    mine["metadata"]["labels"] = {"team": "a"}
+    conflict = apply(kubectl, mine, "--server-side", check=False)
+    assert conflict.returncode != 0
+    assert 'Apply failed with 1 conflict: conflict with "flux": .metadata.labels.team' in conflict.stderr
+    assert "ssa1 serverside-applied" in apply(kubectl, mine, "--server-side", "--force-conflicts").stdout
+    assert kubectl.json("get", "vc", "ssa1", "-n", namespace)["metadata"]["labels"] == {"team": "a"}
+    same = kubectl.run("diff", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(mine), check=False)
+    assert same.returncode == 0, same.stderr
+    other_labels = {**mine, "metadata": {**mine["metadata"], "labels": {"team": "d"}}}
+    differs = kubectl.run("diff", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(other_labels),
+                          check=False)
+    assert differs.returncode == 1 and "team: d" in differs.stdout, differs
+    dry = apply(kubectl, {**mine, "metadata": {**mine["metadata"], "labels": {"team": "c"}}}, "--server-side",
+                "--force-conflicts", "--dry-run=server")
+    assert "serverside-applied (server dry run)" in dry.stdout
+    assert kubectl.json("get", "vc", "ssa1", "-n", namespace)["metadata"]["labels"] == {"team": "a"}
+
+
+def test_apply_server_side_after_client_side_apply_leaves_one_owner(kubectl: Kubectl, namespace: str) -> None:
+    manifest = vc("ssa2", namespace)
+    apply(kubectl, manifest)
+    changed = json.loads(json.dumps(manifest))
+    changed["metadata"]["labels"] = {"moved": "yes"}
+    assert "ssa2 serverside-applied" in apply(kubectl, changed, "--server-side").stdout
+    got = kubectl.json("get", "vc", "ssa2", "-n", namespace, "--show-managed-fields")
+    managers = {(e["manager"], e["operation"]) for e in got["metadata"]["managedFields"]}
+    assert ("kubectl", "Apply") in managers and ("kubectl-client-side-apply", "Update") not in managers, managers
+    assert got["metadata"]["labels"] == {"moved": "yes"}
