@@ -29,14 +29,13 @@ from apiserver.etcd.grpc import (
     NotSent,
     ReplyTooLarge,
 )
-from apiserver.etcd.messages import (  # noqa: F401 - the client's vocabulary, re-exported
+from apiserver.etcd.messages import (
     CompactionRequest,
     CompactionResponse,
     Compare,
     DecodeError,
     DeleteRangeRequest,
     DeleteRangeResponse,
-    Event,
     KeyValue,
     LeaseGrantRequest,
     LeaseGrantResponse,
@@ -56,12 +55,7 @@ from apiserver.etcd.messages import (  # noqa: F401 - the client's vocabulary, r
     WatchCreateRequest,
     WatchRequest,
     WatchResponse,
-    compare_absent,
-    compare_mod_revision,
-    compare_value,
     key_bytes,
-    op_delete,
-    op_put,
 )
 
 log = logging.getLogger(__name__)

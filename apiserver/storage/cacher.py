@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from apiserver.etcd.client import EtcdClient, EtcdCompacted, EtcdError, EtcdUnavailable, prefix_end
-from apiserver.etcd.client import Event as EtcdEvent
+from apiserver.etcd.messages import Event as EtcdEvent
 from apiserver.storage.codec import decode_entry, from_etcd, with_rv
 from apiserver.storage.interface import (
     ADDED,

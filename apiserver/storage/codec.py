@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-from apiserver.etcd.client import EtcdCompacted, EtcdError, EtcdUnavailable, KeyValue
+from apiserver.etcd.client import EtcdCompacted, EtcdError, EtcdUnavailable
+from apiserver.etcd.messages import KeyValue
 from apiserver.storage.interface import Entry, Obj, StorageError
 from apiserver.storage.keys import KeyLayout
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from apiserver.etcd.client import EtcdClient, EtcdError, compare_mod_revision, op_put
+from apiserver.etcd.client import EtcdClient, EtcdError
+from apiserver.etcd.messages import compare_mod_revision, op_put
 from apiserver.storage.keys import COMPACT_KEY
 
 log = logging.getLogger(__name__)

@@ -11,16 +11,8 @@ import logging
 from collections.abc import Callable
 
 from apiserver.apis.resource import ResourceInfo
-from apiserver.etcd.client import (
-    EtcdClient,
-    EtcdCompacted,
-    EtcdError,
-    compare_absent,
-    compare_mod_revision,
-    op_delete,
-    op_put,
-    prefix_end,
-)
+from apiserver.etcd.client import EtcdClient, EtcdCompacted, EtcdError, prefix_end
+from apiserver.etcd.messages import compare_absent, compare_mod_revision, op_delete, op_put
 from apiserver.storage.codec import decode_entry, encode, from_etcd, same, with_rv
 from apiserver.storage.continuation import continue_after, start_after
 from apiserver.storage.interface import Entry, ListOptions, ListResult, Obj, Predicate, StorageError, UpdateFn

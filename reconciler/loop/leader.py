@@ -13,16 +13,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from apiserver.etcd.client import (
-    EtcdClient,
-    EtcdError,
-    EtcdUnavailable,
-    Event,
-    compare_absent,
-    compare_value,
-    op_delete,
-    op_put,
-)
+from apiserver.etcd.client import EtcdClient, EtcdError, EtcdUnavailable
+from apiserver.etcd.messages import Event, compare_absent, compare_value, op_delete, op_put
 from apiserver.storage.keys import LEADER_KEY_PREFIX
 
 log = logging.getLogger(__name__)

@@ -22,15 +22,17 @@ from apiserver.etcd.client import (
     EtcdConfig,
     EtcdError,
     EtcdUnavailable,
+    prefix_end,
+)
+from apiserver.etcd.grpc import Keepalive
+from apiserver.etcd.messages import (
     RangeRequest,
     StatusRequest,
     StatusResponse,
     compare_absent,
     compare_mod_revision,
     op_put,
-    prefix_end,
 )
-from apiserver.etcd.grpc import Keepalive
 from certs import pki
 from hack.harness import Etcd, Proc, binary, free_port, wait_until
 from tests.conftest import start_etcd
