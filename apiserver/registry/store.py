@@ -208,10 +208,6 @@ class Registry:
                 new["metadata"]["managedFields"] = managed_fields
             if timestamps_only_changed(new, current):
                 new["metadata"]["managedFields"] = current["metadata"]["managedFields"]
-            # managedFields are rewritten on every write: keep metadata's keys where the stored object
-            # has them, so that a write changing nothing encodes to the stored bytes (a no-op).
-            order = {key: i for i, key in enumerate(current["metadata"])}
-            new["metadata"] = dict(sorted(new["metadata"].items(), key=lambda kv: order.get(kv[0], len(order))))
             return new
         with self._translated(name):
             _, new = await self._writes.guaranteed_update(namespace, name, update, opts.dry_run,
