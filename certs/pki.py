@@ -124,6 +124,16 @@ def _sans(hosts: Iterable[str]) -> list[x509.GeneralName]:
     return out
 
 
+def names(cert: x509.Certificate) -> set[str]:
+    """The DNS names and IP addresses a certificate is valid for."""
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {str(n) for n in ext.get_values_for_type(x509.DNSName)} | {
+        str(ip) for ip in ext.get_values_for_type(x509.IPAddress)}
+
+
 def new_leaf(ca: KeyPair, common_name: str, *, organizations: Sequence[str] = (), hosts: Iterable[str] = (),
              usages: Sequence[x509.ObjectIdentifier] = (CLIENT_AUTH,), not_after: dt.datetime | None = None,
              days: int = 365, key_kind: str = "ecdsa") -> KeyPair:

@@ -26,6 +26,8 @@ _LEAVES: dict[str, tuple[str, str, tuple[str, ...], tuple[x509.ObjectIdentifier,
     "controller-manager": ("ca", "system:kube-controller-manager", (), (pki.CLIENT_AUTH,)),
     "scheduler": ("ca", "system:kube-scheduler", (), (pki.CLIENT_AUTH,)),
     "admin": ("ca", "kubernetes-admin", ("system:masters",), (pki.CLIENT_AUTH,)),
+    # the apiserver's identity to kubelets (logs, exec, port-forward), as kubeadm's apiserver-kubelet-client
+    "apiserver-kubelet-client": ("ca", "kube-apiserver-kubelet-client", ("system:masters",), (pki.CLIENT_AUTH,)),
 }
 
 
@@ -48,12 +50,13 @@ class TenantPki:
         return pki.KeyPair(self.cert(stem), pki.load_key(self.files[f"{stem}.key"]))
 
     def sans(self) -> set[str]:
-        ext = self.cert("apiserver").extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        return {str(n) for n in ext.get_values_for_type(x509.DNSName)} | {
-            str(ip) for ip in ext.get_values_for_type(x509.IPAddress)}
+        return pki.names(self.cert("apiserver"))
 
     def needs_renewal(self, now: dt.datetime | None = None) -> bool:
+        """A certificate nears expiry, or one this version issues is missing (a PKI made by an earlier one)."""
         now = now or dt.datetime.now(dt.UTC)
+        if any(f"{stem}.crt" not in self.files for stem in _LEAVES):
+            return True
         return any(pki.load_cert(pem).not_valid_after_utc - now < RENEW_BEFORE
                    for name, pem in self.files.items() if name.endswith(".crt"))
 

@@ -297,6 +297,9 @@ SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 FRONT_PROXY_CLIENT = "front-proxy-client"
 VC_SERVICE_ACCOUNT = "system:serviceaccount:kosmos-system:vc-apiserver"
+LAB_GATEWAY = "10.99.0.1"  # the machine's address on the real nodes' bridge (hack/realnodes.py)
+APISERVER_HOSTS = ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                   "kubernetes.default.svc.cluster.local", KUBERNETES_SERVICE_IP, LAB_GATEWAY]
 
 
 @dataclass(frozen=True)
@@ -310,26 +313,35 @@ class HostPki:
 
     @classmethod
     def ensure(cls, directory: Path) -> HostPki:
+        """Create what is missing: CAs and service-account key once, then each leaf on its own (a PKI
+        made before a leaf existed gains it; the serving certificate is remade if it lacks a name)."""
         out = cls(directory)
-        if (directory / "sa.key").exists():
-            return out
         directory.mkdir(parents=True, exist_ok=True)
-        ca = pki.new_ca("kubernetes")
-        ca.write(directory, "ca")
-        pki.new_leaf(ca, "kube-apiserver", usages=(pki.SERVER_AUTH,), days=3650,
-                     hosts=["127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                            "kubernetes.default.svc.cluster.local", KUBERNETES_SERVICE_IP]).write(directory, "apiserver")
-        front = pki.new_ca("front-proxy-ca")
-        front.write(directory, "front-proxy-ca")
-        pki.new_leaf(front, FRONT_PROXY_CLIENT, days=3650).write(directory, "front-proxy-client")
-        sa = pki.new_key("rsa")
-        (directory / "sa.key").write_bytes(pki.key_pem(sa))
-        (directory / "sa.pub").write_bytes(pki.public_key_pem(sa))
+        if not (directory / "ca.key").exists():
+            pki.new_ca("kubernetes").write(directory, "ca")
+            pki.new_ca("front-proxy-ca").write(directory, "front-proxy-ca")
+            sa = pki.new_key("rsa")
+            (directory / "sa.key").write_bytes(pki.key_pem(sa))
+            (directory / "sa.pub").write_bytes(pki.public_key_pem(sa))
+        ca = pki.KeyPair.read(directory, "ca")
+        if not out._serves(APISERVER_HOSTS):
+            pki.new_leaf(ca, "kube-apiserver", usages=(pki.SERVER_AUTH,), days=3650,
+                         hosts=APISERVER_HOSTS).write(directory, "apiserver")
+        if not (directory / "front-proxy-client.key").exists():
+            front = pki.KeyPair.read(directory, "front-proxy-ca")
+            pki.new_leaf(front, FRONT_PROXY_CLIENT, days=3650).write(directory, "front-proxy-client")
         for stem, cn, orgs in (("admin", "kubernetes-admin", ["system:masters"]),
                                ("controller-manager", "system:kube-controller-manager", []),
+                               ("scheduler", "system:kube-scheduler", []),
+                               ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ["system:masters"]),
                                ("vc-apiserver", VC_SERVICE_ACCOUNT, [])):
-            pki.new_leaf(ca, cn, organizations=orgs, days=3650).write(directory, stem)
+            if not (directory / f"{stem}.key").exists():
+                pki.new_leaf(ca, cn, organizations=orgs, days=3650).write(directory, stem)
         return out
+
+    def _serves(self, hosts: list[str]) -> bool:
+        path = self.path("apiserver.crt")
+        return path.exists() and set(hosts) <= pki.names(pki.load_cert(path.read_bytes()))
 
     def kubeconfig(self, server: str, stem: str) -> dict:  # type: ignore[type-arg]
         return pki.kubeconfig(server, self.path("ca.crt").read_bytes(), stem,
@@ -346,11 +358,17 @@ class HostCluster:
     etcd_client_port: int
     etcd_peer_port: int
     run_dir: Path | None = None  # pid files when the host outlives this process (the playground)
+    real_nodes: bool = False  # serve real kubelets: listen on the lab bridge, scheduler and node lifecycle on
     procs: dict[str, Proc] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def url_for_nodes(self) -> str:
+        """Where kubelets and pods on real nodes reach this apiserver (its advertised address)."""
+        return f"https://{LAB_GATEWAY}:{self.port}"
 
     @property
     def pki(self) -> HostPki:
@@ -380,8 +398,12 @@ class HostCluster:
 
     def apiserver_args(self) -> list[str]:
         p = self.pki.path
-        return [binary("kube-apiserver"), "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-                f"--secure-port={self.port}", "--endpoint-reconciler-type=none",
+        if self.real_nodes:
+            # Reachable from the nodes' namespaces; the kubernetes Service's endpoint is that address.
+            where = ["--bind-address=0.0.0.0", f"--advertise-address={LAB_GATEWAY}"]
+        else:
+            where = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
+        return [binary("kube-apiserver"), *where, f"--secure-port={self.port}",
                 f"--etcd-servers={self.etcd().url}",
                 f"--tls-cert-file={p('apiserver.crt')}", f"--tls-private-key-file={p('apiserver.key')}",
                 f"--client-ca-file={p('ca.crt')}",
@@ -394,6 +416,9 @@ class HostCluster:
                 "--authorization-mode=Node,RBAC", "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={p('sa.pub')}", f"--service-account-signing-key-file={p('sa.key')}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false", "--allow-privileged=true",
+                f"--kubelet-client-certificate={p('apiserver-kubelet-client.crt')}",
+                f"--kubelet-client-key={p('apiserver-kubelet-client.key')}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--enable-admission-plugins=NodeRestriction", "--v=1"]
 
     def controller_manager_args(self) -> list[str]:
@@ -404,8 +429,15 @@ class HostCluster:
                 "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
                 f"--service-account-private-key-file={p('sa.key')}", f"--root-ca-file={p('ca.crt')}",
                 "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller",
+                ("--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller" if self.real_nodes else
+                 "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller"),
                 "--profiling=false", "--v=1"]
+
+    def scheduler_args(self) -> list[str]:
+        kubeconfig = self.kubeconfig_for("scheduler")
+        return [binary("kube-scheduler"), f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}", "--leader-elect=false", "--profiling=false", "--v=1"]
 
     def kwok_args(self) -> list[str]:
         return [binary("kwok"), f"--kubeconfig={self.kubeconfig_for('admin')}", "--manage-all-nodes=false",
@@ -425,8 +457,11 @@ class HostCluster:
 
     def healthy(self) -> bool:
         return self.ready() and all(
-            Proc(name, [], Path("/dev/null"), self._pidfile(name)).alive()
-            for name in ("kube-controller-manager", "kwok"))
+            Proc(name, [], Path("/dev/null"), self._pidfile(name)).alive() for name in self.components())
+
+    def components(self) -> tuple[str, ...]:
+        """What runs besides etcd and kube-apiserver."""
+        return ("kube-controller-manager", "kwok") + (("kube-scheduler",) if self.real_nodes else ())
 
     def start(self, timeout: float = 90.0) -> HostCluster:
         HostPki.ensure(self.root / "pki")
@@ -439,6 +474,8 @@ class HostCluster:
         self.start_apiserver(timeout)
         self._proc("kube-controller-manager", self.controller_manager_args()).start()
         self._proc("kwok", self.kwok_args()).start()
+        if self.real_nodes:
+            self._proc("kube-scheduler", self.scheduler_args()).start()
         return self
 
     def stop_apiserver(self) -> None:
@@ -458,7 +495,7 @@ class HostCluster:
             raise TimeoutError(f"{e}\n{api.tail()}") from None
 
     def stop(self) -> None:
-        for name in ("kwok", "kube-controller-manager", "kube-apiserver", "etcd"):
+        for name in ("kube-scheduler", "kwok", "kube-controller-manager", "kube-apiserver", "etcd"):
             (self.procs.get(name) or Proc(name, [], Path("/dev/null"), self._pidfile(name))).stop()
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
@@ -523,17 +560,25 @@ class Stack:
     runtime: str = "process"  # the control-plane runtime of vc-apiserver ("none" to build none)
     run_dir: Path | None = None
     extra_args: list[str] = field(default_factory=list)
+    real_nodes: int = 0  # kubelet + containerd nodes besides the kwok ones (hack/realnodes.py); promoted by agents
     host: HostCluster = field(init=False)
     etcd: Etcd = field(init=False)
     api: ApiServer = field(init=False)
 
     def __post_init__(self) -> None:
         p = self.ports
-        self.host = HostCluster(self.root / "host", p.host_apiserver, p.host_etcd, p.host_etcd_peer, self.run_dir)
+        self.host = HostCluster(self.root / "host", p.host_apiserver, p.host_etcd, p.host_etcd_peer, self.run_dir,
+                                real_nodes=self.real_nodes > 0)
         pid = (lambda name: self.run_dir / f"{name}.pid") if self.run_dir else (lambda name: None)
         self.etcd = Etcd(self.root / "data" / "etcd", p.vc_etcd, p.vc_etcd_peer, self.root / "log" / "etcd.log",
                          pid("etcd"))
         serving = self.root / "serving"
+        if self.real_nodes:
+            agents = self.agent_certs
+            self.extra_args = [
+                "--node-joiner", "agent", "--node-agent-ca-file", str(agents / "node-agent-ca.crt"),
+                "--node-agent-client-cert-file", str(agents / "node-agent-client.crt"),
+                "--node-agent-client-key-file", str(agents / "node-agent-client.key"), *self.extra_args]
         args = ["--control-plane-runtime", self.runtime, "--runtime-dir", str(self.root / "tenants"),
                 "--runtime-bin-dir", str(BIN), "--encryption-key-file", str(self.root / "encryption.key"),
                 *self.extra_args]
@@ -546,6 +591,15 @@ class Stack:
     def kubeconfig(self) -> Path:
         """The host admin's kubeconfig: everything reaches vc-apiserver through the aggregator."""
         return self.host.admin_kubeconfig
+
+    @property
+    def agent_certs(self) -> Path:
+        """The node agents' PKI, as ``python -m apiservice certs --node-joiner agent`` makes it."""
+        return self.root / "agent-pki"
+
+    def lab(self):  # type: ignore[no-untyped-def]
+        from hack.realnodes import RealNodeLab
+        return RealNodeLab(self.host, self.root / "nodes", self.real_nodes)
 
     def up(self, nodes: int = 4, say: Callable[[str], None] = lambda _: None) -> list[str]:
         """Start what is not healthy; returns the names of what was started."""
@@ -575,6 +629,10 @@ class Stack:
         if not (self.root / "encryption.key").exists():
             generate_key_file(self.root / "encryption.key")
         tls.ensure_certs(self.root / "serving", local=True)
+        if self.real_nodes:
+            tls.ensure_node_agent(tls.CertDir(self.agent_certs))
+            for node in self.lab().up(say=say):
+                node.start_agent(self.agent_certs)
         self.host.kubeconfig_for("vc-apiserver")
         restart = not self.api.ready()
         if restart:
@@ -590,6 +648,8 @@ class Stack:
         return started
 
     def down(self) -> None:
+        if self.real_nodes or (self.root / "nodes").exists():
+            self.lab().down()
         self.api.stop()
         for pidfile in (self.root / "tenants").glob("*/*/*.pid"):
             with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):

@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from hack.harness import REPO, ApiServer, Etcd, Pki, Stack, StackPorts, binary, free_port
+from hack.realnodes import RealNodeLab
 from tests.support import report
 
 EXAMPLES = REPO / "examples"
@@ -113,6 +114,25 @@ def host_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
     finally:
         stack.down()
+
+
+@pytest.fixture(scope="session")
+def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The real-node lab, once per run: a host with a scheduler and node lifecycle, two kubelet +
+    containerd nodes (hack/realnodes.py) with a node agent each, kwok nodes beside them, and
+    vc-apiserver building tenant control planes as processes and promoting nodes through the agents."""
+    stack = Stack(tmp_path_factory.mktemp("real"), StackPorts.free(), runtime="process", real_nodes=2,
+                  extra_args=["--leader-elect-lease-duration", "5"])
+    try:
+        stack.up(nodes=2)
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="session")
+def real_lab(real_stack: Stack) -> RealNodeLab:
+    return real_stack.lab()
 
 
 @pytest.fixture(scope="session", params=["direct", "via-host"])

@@ -45,7 +45,13 @@ from apiserver.apis.conditions import find_condition
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
-from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, Obj, RuntimeFailure
+from reconciler.runtime.base import (
+    FIELD_MANAGER,
+    ControlPlaneState,
+    Obj,
+    RuntimeFailure,
+    kubelet_client_flags,
+)
 from reconciler.runtime.process import SERVICE_CIDR
 from reconciler.tenantapi import admin_client
 
@@ -370,7 +376,7 @@ class PodsRuntime:
             "etcd": self._secret(plan, "etcd", await self._etcd_certs(plan, pki)),
             "apiserver": self._secret(plan, "apiserver", {k: f[k] for k in (
                 "ca.crt", "apiserver.crt", "apiserver.key", "apiserver-etcd-client.crt", "apiserver-etcd-client.key",
-                "etcd-ca.crt", "front-proxy-ca.crt", "front-proxy-client.crt", "front-proxy-client.key",
+                "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key", "etcd-ca.crt", "front-proxy-ca.crt", "front-proxy-client.crt", "front-proxy-client.key",
                 "sa.pub", "sa.key")}),
             "controller-manager": self._secret(plan, "controller-manager", {
                 "ca.crt": f["ca.crt"], "ca.key": f["ca.key"], "sa.key": f["sa.key"],
@@ -522,7 +528,7 @@ class PodsRuntime:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={p}/sa.pub", f"--service-account-signing-key-file={p}/sa.key",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
-                "--enable-admission-plugins=NodeRestriction", "--v=1"],
+                *kubelet_client_flags(p), "--enable-admission-plugins=NodeRestriction", "--v=1"],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
             "livenessProbe": _http_probe("/livez", port, "HTTPS", failures=8),

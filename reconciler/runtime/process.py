@@ -30,7 +30,7 @@ import aiohttp
 from certs import pki as pkilib
 from certs.tenant import TenantPki
 from reconciler.fileio import write_if_changed
-from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure
+from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure, kubelet_client_flags
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class ProcessRuntime:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
-                "--enable-admission-plugins=NodeRestriction", "--v=1"],
+                *kubelet_client_flags(str(p)), "--enable-admission-plugins=NodeRestriction", "--v=1"],
             "kube-controller-manager": [
                 str(b / "kube-controller-manager"), f"--kubeconfig={base / 'controller-manager.kubeconfig'}",
                 f"--authentication-kubeconfig={base / 'controller-manager.kubeconfig'}",

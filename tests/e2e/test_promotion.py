@@ -20,10 +20,10 @@ from certs.tenant import TenantPki
 from hack.harness import Stack, fake_node
 from reconciler.nodes.selection import CLAIM_LABEL
 from tests.conftest import EXAMPLES, Kubectl, process_stack, vc
+from tests.support.promotion import GV, assert_returned, claims, ready_tenant_nodes, tenant, wait_phase
 
 pytestmark = pytest.mark.e2e
 
-GV = "/apis/kosmos.io/v1alpha1"
 NODES = 6
 
 
@@ -39,39 +39,6 @@ def host(stack: Stack) -> Kubectl:
 
 def policy(count: int, **match: str) -> dict[str, Any]:
     return {"promotePolicies": [{"labelSelector": {"matchLabels": match or {"type": "kwok"}}, "nodeCount": count}]}
-
-
-def claims(host: Kubectl) -> dict[str, str]:
-    """Host node → claim label value, for every node."""
-    return {n["metadata"]["name"]: n["metadata"].get("labels", {}).get(CLAIM_LABEL, "")
-            for n in host.json("get", "nodes")["items"]}
-
-
-def tenant(host: Kubectl, ns: str, name: str, tmp_path: Path) -> Kubectl:
-    raw = host.run("get", "--raw", f"{GV}/namespaces/{ns}/virtualclusters/{name}/kubeconfig").stdout
-    path = tmp_path / f"{ns}-{name}.kubeconfig"
-    path.write_text(raw)
-    return Kubectl(path)
-
-
-def wait_phase(host: Kubectl, ns: str, name: str, phase: str, timeout: int = 120) -> None:
-    host.run("wait", f"vc/{name}", "-n", ns, f"--for=jsonpath={{.status.phase}}={phase}", f"--timeout={timeout}s",
-             timeout=timeout + 30)
-
-
-def ready_tenant_nodes(t: Kubectl) -> list[str]:
-    return sorted(n["metadata"]["name"] for n in t.json("get", "nodes")["items"]
-                  if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])))
-
-
-def assert_returned(host: Kubectl, names: list[str]) -> None:
-    """Back in the host: no claim label, no taint of ours, schedulable."""
-    for node in host.json("get", "nodes")["items"]:
-        if node["metadata"]["name"] not in names:
-            continue
-        assert CLAIM_LABEL not in node["metadata"].get("labels", {}), node["metadata"]["name"]
-        assert not [t for t in node["spec"].get("taints", []) if t["key"] == CLAIM_LABEL]
-        assert not node["spec"].get("unschedulable"), node["metadata"]["name"]
 
 
 def test_promoted_nodes_are_claimed_in_the_host_and_run_tenant_pods(host: Kubectl, tmp_path: Path) -> None:

@@ -1,0 +1,165 @@
+"""Real nodes: kubelet + containerd in network namespaces of their own, under a real host.
+
+The lab (``real_stack`` in tests/conftest.py, hack/realnodes.py) is started once per run: a host
+with a scheduler and node lifecycle, two real nodes (the first labelled control-plane), the kwok
+nodes beside them, vc-apiserver registered with the host, and a node agent on each real node.
+Images are the ones hack/images.py builds locally; nothing is pulled.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hack.harness import LAB_GATEWAY, Stack, binary, free_port, wait_until
+from hack.realnodes import CONTROL_PLANE_ROLE, RealNodeLab
+from tests.conftest import Kubectl, vc
+from tests.support.promotion import assert_returned, claims, ready_tenant_nodes, tenant, wait_phase
+
+pytestmark = pytest.mark.e2e
+
+BUSYBOX = "docker.io/library/busybox:1.36"
+
+
+def pod(name: str, node: str, command: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                     "tolerations": [{"key": CONTROL_PLANE_ROLE, "operator": "Exists"}],
+                     "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", command]}], **spec}}
+
+
+def run_pod(stack: Stack, namespace: str, manifest: dict[str, Any], timeout: str = "60s") -> dict[str, Any]:
+    stack.host.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+    stack.host.kubectl("wait", "-n", namespace, f"pod/{manifest['metadata']['name']}", "--for=condition=Ready",
+                       f"--timeout={timeout}")
+    return json.loads(stack.host.kubectl("get", "-n", namespace, "pod", manifest["metadata"]["name"],
+                                         "-o", "json").stdout)
+
+
+@pytest.fixture
+def host_namespace(real_stack: Stack, request: pytest.FixtureRequest) -> Any:
+    name = f"rn-{request.node.name[5:30].replace('_', '-').strip('-')}"
+    real_stack.host.kubectl("create", "namespace", name)
+    yield name
+    real_stack.host.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def test_real_nodes_register_ready_with_their_runtime_and_roles(real_stack: Stack, real_lab: RealNodeLab) -> None:
+    nodes = {n["metadata"]["name"]: n for n in json.loads(
+        real_stack.host.kubectl("get", "nodes", "-o", "json").stdout)["items"]}
+    control_plane, worker = real_lab.nodes()
+    for node in (control_plane, worker):
+        seen = nodes[node.name]
+        info = seen["status"]["nodeInfo"]
+        assert info["kubeletVersion"] == "v1.35.4"
+        assert info["containerRuntimeVersion"].startswith("containerd://")
+        assert {"type": "InternalIP", "address": node.address} in seen["status"]["addresses"]
+        assert any(c["type"] == "Ready" and c["status"] == "True" for c in seen["status"]["conditions"])
+    assert CONTROL_PLANE_ROLE in nodes[control_plane.name]["metadata"]["labels"]
+    assert {"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"} in nodes[control_plane.name]["spec"]["taints"]
+    assert CONTROL_PLANE_ROLE not in nodes[worker.name]["metadata"]["labels"]
+    assert not nodes[worker.name]["spec"].get("taints")
+
+
+def test_a_busybox_pod_runs_real_containers_with_logs_exec_and_port_forward(
+        real_stack: Stack, real_lab: RealNodeLab, host_namespace: str) -> None:
+    worker = real_lab.nodes()[1]
+    seen = run_pod(real_stack, host_namespace, pod(
+        "web", worker.name, "echo started on $(hostname); mkdir -p /www; echo served-by-busybox > /www/index.html;"
+                            " exec httpd -f -p 8080 -h /www"))
+    assert seen["spec"]["nodeName"] == worker.name
+    assert seen["status"]["podIP"].startswith(worker.subnet.rsplit(".", 2)[0])
+    k = real_stack.host.kubectl
+    wait_until(lambda: "started on web" in k("logs", "-n", host_namespace, "web").stdout, 20, "the pod's log")
+    assert k("exec", "-n", host_namespace, "web", "--", "cat", "/www/index.html").stdout == "served-by-busybox\n"
+    assert k("exec", "-i", "-n", host_namespace, "web", "--", "wc", "-c", input="twelve bytes").stdout.strip() == "12"
+
+    port = free_port()
+    forward = subprocess.Popen([binary("kubectl"), "--kubeconfig", str(real_stack.kubeconfig), "port-forward",
+                                "-n", host_namespace, "pod/web", f"{port}:8080"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def answered() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/index.html", timeout=3) as resp:
+                return resp.read() == b"served-by-busybox\n"
+        wait_until(answered, 20, "the page through kubectl port-forward", interval=0.3)
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+
+def test_pods_on_different_nodes_reach_each_other_and_the_host(
+        real_stack: Stack, real_lab: RealNodeLab, host_namespace: str) -> None:
+    control_plane, worker = real_lab.nodes()
+    server = run_pod(real_stack, host_namespace, pod(
+        "server", control_plane.name, "mkdir -p /www; echo from-$(hostname) > /www/index.html; exec httpd -f -p 8080 -h /www"))
+    run_pod(real_stack, host_namespace, pod("client", worker.name, "exec sleep 3600"))
+    ip = server["status"]["podIP"]
+    assert ip.startswith(control_plane.subnet.rsplit(".", 2)[0])
+    out = real_stack.host.kubectl("exec", "-n", host_namespace, "client", "--", "wget", "-q", "-O-",
+                                  f"http://{ip}:8080/index.html")
+    assert out.stdout == "from-server\n"
+    # and the pod's address is routed from the machine itself (the host apiserver's namespace)
+    with socket.create_connection((ip, 8080), timeout=5) as conn:
+        conn.sendall(b"GET /index.html HTTP/1.0\r\n\r\n")
+        time.sleep(0.2)
+        assert b"from-server" in conn.recv(4096)
+
+
+def deployment(name: str, command: str, replicas: int = 1) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+                                      {"name": "main", "image": BUSYBOX, "command": ["sh", "-c", command]}]}}}}
+
+
+def test_a_promoted_real_node_runs_tenant_containers_and_comes_home(
+        real_stack: Stack, real_lab: RealNodeLab, tmp_path: Path) -> None:
+    worker = real_lab.nodes()[1]
+    host = Kubectl(real_stack.kubeconfig, host_namespaces=True)
+    ns = host.ensure_namespace("real-promo")
+    # The tenant apiserver listens on the lab bridge, where the node's kubelet can reach it.
+    host.run("create", "-f", "-", input=json.dumps(vc("edge", ns, {
+        "externalIP": LAB_GATEWAY, "promoteResources": {"nodes": [worker.name]}})))
+    wait_phase(host, ns, "edge", "Completed", timeout=180)
+    t = tenant(host, ns, "edge", tmp_path)
+    assert ready_tenant_nodes(t) == [worker.name]
+    seen = t.json("get", "node", worker.name)
+    assert seen["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    assert {"type": "InternalIP", "address": worker.address} in seen["status"]["addresses"]
+
+    # Real containers of the tenant on the node; logs and exec through the tenant apiserver.
+    t.run("create", "namespace", "apps")
+    t.run("apply", "-n", "apps", "-f", "-", input=json.dumps(deployment(
+        "hello", "echo hello from $(hostname); exec sleep 3600")))
+    t.run("rollout", "status", "-n", "apps", "deployment/hello", "--timeout=90s", timeout=120)
+    [p] = t.json("get", "pods", "-n", "apps", "-l", "app=hello")["items"]
+    assert p["spec"]["nodeName"] == worker.name and p["status"]["phase"] == "Running"
+    assert p["status"]["podIP"].startswith(worker.subnet.rsplit(".", 2)[0])
+    name = p["metadata"]["name"]
+    wait_until(lambda: f"hello from {name}" in t.run("logs", "-n", "apps", name).stdout, 20, "the tenant pod's log")
+    assert t.run("exec", "-n", "apps", name, "--", "cat", "/etc/hostname").stdout.strip() == name
+    # Only the tenant's pods run there: the host's were drained before the kubelet moved.
+    assert {ns for ns, _ in worker.running_pods()} == {"apps"}
+    # The host no longer sees the node's kubelet: its Node there is claimed and not heartbeated by it.
+    assert worker.name in claims(host) and claims(host)[worker.name]
+
+    # Deleting the VirtualCluster gives the node back: its kubelet reports to the host again.
+    host.run("delete", "vc", "edge", "-n", ns, "--timeout=180s", timeout=200)
+    real_lab.wait_ready(worker.name, 90)
+    assert_returned(host, [worker.name])
+    assert "containerd://" in host.json("get", "node", worker.name)["status"]["nodeInfo"]["containerRuntimeVersion"]
+    back = host.ensure_namespace("real-home")
+    run_pod(real_stack, back, pod("home", worker.name, "echo home; exec sleep 3600"))
+    wait_until(lambda: "home" in real_stack.host.kubectl("logs", "-n", back, "home").stdout, 20, "a host pod's log")
+    # Nothing of the tenant runs on the node any more: its kubelet serves the host's pods only.
+    wait_until(lambda: {ns for ns, _ in worker.running_pods()} == {back}, 60,
+               "the tenant's containers stopped on the node", interval=1)
