@@ -7,6 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODES ?= 4
+REAL_NODES ?= 0
 
 .PHONY: up down test unit bins env lint clean help
 
@@ -29,7 +30,8 @@ bins:
 	bash hack/build-bins.sh
 
 up: env bins
-	$(PY) -m hack.playground up --nodes $(NODES)
+	@if [ "$(REAL_NODES)" != "0" ]; then bash hack/node-packages.sh; fi
+	$(PY) -m hack.playground up --nodes $(NODES) --real-nodes $(REAL_NODES)
 
 down: env
 	$(PY) -m hack.playground down
@@ -38,6 +40,7 @@ lint: env
 	$(VENV)/bin/ruff check apiserver reconciler apiservice certs hack bench tests
 
 test: env bins lint
+	bash hack/node-packages.sh
 	$(PY) -m pytest -p no:cacheprovider -q --durations=15 tests
 
 unit: env

@@ -14,13 +14,13 @@ PORTS = StackPorts(host_apiserver=36443, host_etcd=32381, host_etcd_peer=32382, 
                    vc_apiserver=38443)
 
 
-def stack() -> Stack:
-    return Stack(LOCAL, PORTS, runtime="process", run_dir=LOCAL / "run")
+def stack(real_nodes: int = 0) -> Stack:
+    return Stack(LOCAL, PORTS, runtime="process", run_dir=LOCAL / "run", real_nodes=real_nodes)
 
 
-def up(nodes: int) -> None:
+def up(nodes: int, real_nodes: int) -> None:
     started_at = time.monotonic()
-    s = stack()
+    s = stack(real_nodes)
     started = s.up(nodes, say=print)
     shutil.copyfile(s.kubeconfig, LOCAL / "kubeconfig")
     os.chmod(LOCAL / "kubeconfig", 0o600)
@@ -32,21 +32,25 @@ def up(nodes: int) -> None:
     print("  kubectl apply -f examples/minimal.yaml && kubectl wait vc/dev --for=condition=Ready --timeout=2m")
     print("  kubectl get --raw /apis/kosmos.io/v1alpha1/namespaces/default/virtualclusters/dev/kubeconfig > dev.kubeconfig"
           " && kubectl --kubeconfig dev.kubeconfig get ns")
+    if real_nodes:
+        print("  kubectl apply -f examples/real-node.yaml   # the real worker, promoted (README: real nodes)")
 
 
 def down() -> None:
     stack().down()
-    print("stopped vc-apiserver, its etcd, tenant control planes and the host (data kept in .local; "
-          "`make clean` removes it)")
+    print("stopped vc-apiserver, its etcd, tenant control planes, real nodes (their state removed) and the host "
+          "(data kept in .local; `make clean` removes it)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="playground")
     parser.add_argument("command", choices=["up", "down"])
     parser.add_argument("--nodes", type=int, default=int(os.environ.get("NODES", "4")))
+    parser.add_argument("--real-nodes", type=int, default=int(os.environ.get("REAL_NODES", "0") or 0),
+                        help="kubelet + containerd nodes besides the kwok ones (root; hack/realnodes.py)")
     args = parser.parse_args()
     try:
-        up(args.nodes) if args.command == "up" else down()
+        up(args.nodes, args.real_nodes) if args.command == "up" else down()
     except (FileNotFoundError, TimeoutError, RuntimeError) as e:
         print(f"playground: {e}", file=sys.stderr)
         sys.exit(1)

@@ -43,7 +43,17 @@ from pathlib import Path
 import yaml
 
 from certs import pki
-from hack.harness import LAB_GATEWAY, REPO, HostCluster, Proc, binary, wait_until, write_kubeconfig
+from hack.harness import (
+    LAB_GATEWAY,
+    REPO,
+    SERVICE_CIDR,
+    HostCluster,
+    Proc,
+    binary,
+    wait_until,
+    write_kubeconfig,
+)
+from reconciler.controlplane import addons
 from reconciler.nodeagent import DEFAULT_PORT as AGENT_PORT
 
 BRIDGE = "vcnodes"
@@ -57,6 +67,10 @@ NODE_USER, NODES_GROUP = "system:node:", "system:nodes"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PAUSE_IMAGE_ENV = "VC_PAUSE_IMAGE"
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+REAL_NODE_LABEL = "lab.kosmos.io/real-node"  # set by the kubelets: where the host's add-ons may run (not kwok)
+STORAGE_CLASS = "local"
+VOLUMES_PER_NODE = 6
+VOLUME_SIZE = "2Gi"
 
 
 def run(*args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -311,7 +325,7 @@ state = "{d}/run/containerd"
             binary("kubelet"), f"--config={self.root / 'var/lib/kubelet/config.yaml'}",
             f"--kubeconfig={self.kubeconfig}", f"--root-dir={self.kubelet_root}",
             f"--cert-dir={self.kubelet_root / 'pki'}", f"--hostname-override={self.name}",
-            f"--node-ip={self.address}", "--v=1")
+            f"--node-ip={self.address}", f"--node-labels={REAL_NODE_LABEL}=true", "--v=1")
 
     # -- processes ------------------------------------------------------------------------
 
@@ -523,7 +537,53 @@ class RealNodeLab:
                 self.host.kubectl("label", "node", node.name, f"{CONTROL_PLANE_ROLE}=", "--overwrite")
             say(f"real node       {node.name} Ready at {node.address} in {time.monotonic() - started:.1f}s "
                 f"(kubelet + containerd, pods {node.subnet})")
+        self.host_services(nodes)
+        say(f"host add-ons    kube-proxy and CoreDNS on the real nodes, {VOLUMES_PER_NODE} local volumes "
+            f"({STORAGE_CLASS}, {VOLUME_SIZE}) on {nodes[0].name}")
         return nodes
+
+    def host_services(self, nodes: list[RealNode]) -> None:
+        """What a real host has and the playground host lacks: kube-proxy and CoreDNS (the tenants'
+        add-ons, kept off kwok nodes), and storage (a default StorageClass of statically provisioned
+        local volumes on the control-plane node, as kubeadm clusters without a provisioner do)."""
+        affinity = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": REAL_NODE_LABEL, "operator": "In", "values": ["true"]}]}]}}
+        objs = addons.only_on([*addons.kube_proxy(self.host.url_for_nodes), *addons.coredns(SERVICE_CIDR)], affinity)
+        objs.append({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                     "metadata": {"name": STORAGE_CLASS,
+                                  "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                     "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer",
+                     "reclaimPolicy": "Retain"})
+        self.host.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=realnodes", "-f", "-",
+                          input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+        self.recycle_volumes(nodes[0])
+
+    def recycle_volumes(self, node: RealNode) -> None:
+        """Keep VOLUMES_PER_NODE local volumes on ``node``: a Released one (its claim deleted) is wiped and
+        made again, as a static provisioner would."""
+        listed = json.loads(self.host.kubectl("get", "pv", "-o", "json").stdout)["items"]
+        phases = {pv["metadata"]["name"]: pv.get("status", {}).get("phase") for pv in listed}
+        wanted = []
+        for i in range(VOLUMES_PER_NODE):
+            name = f"{node.name}-vol-{i}"
+            directory = node.root / "volumes" / str(i)
+            if phases.get(name) in ("Released", "Failed"):
+                self.host.kubectl("delete", "pv", name, "--wait=true")
+                shutil.rmtree(directory, ignore_errors=True)
+            elif name in phases:
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            wanted.append({"apiVersion": "v1", "kind": "PersistentVolume",
+                           "metadata": {"name": name, "labels": {REAL_NODE_LABEL: "true"}},
+                           "spec": {"capacity": {"storage": VOLUME_SIZE}, "accessModes": ["ReadWriteOnce"],
+                                    "persistentVolumeReclaimPolicy": "Retain", "storageClassName": STORAGE_CLASS,
+                                    "local": {"path": str(directory)},
+                                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                        {"key": "kubernetes.io/hostname", "operator": "In",
+                                         "values": [node.name]}]}]}}}})
+        if wanted:
+            self.host.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                     "items": wanted}))
 
     def existing(self) -> list[RealNode]:
         """Every node with state under ``root``, whatever ``count`` says now (for teardown)."""
@@ -544,6 +604,8 @@ class RealNodeLab:
         wait_until(ready, timeout, f"node {name} Ready in the host", interval=0.5)
 
     def down(self) -> None:
+        if self.host.ready():
+            self.host.kubectl("delete", "pv", "-l", f"{REAL_NODE_LABEL}=true", "--wait=false", check=False)
         for node in self.existing():
             node.destroy()
             if self.host.ready():

@@ -15,7 +15,7 @@ from typing import Any
 
 from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER
-from apiserver.kubeclient.client import HostError, HostUnavailable
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
 from apiserver.machinery.timefmt import now_rfc3339
@@ -23,7 +23,7 @@ from apiserver.registry.store import Registry
 from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
-from reconciler.controlplane import status
+from reconciler.controlplane import addons, status
 from reconciler.controlplane.status import Observed, Outcome, patch_object, write_status
 from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
@@ -67,6 +67,7 @@ class ControlPlaneController:
         self.secrets = secrets
         self.events = events
         self._unanswered: dict[str, int] = {}  # by uid: consecutive unanswered checks of a ready control plane
+        self._addons_applied: dict[str, str] = {}  # by uid: digest of the add-ons last applied
 
     async def reconcile(self, namespace: str, name: str) -> None:
         try:
@@ -153,9 +154,30 @@ class ControlPlaneController:
     async def _promote(self, obj: Obj, pki: TenantPki, endpoint: str, nodes: NodePromoter) -> NodeReport:
         tenant = admin_client(pki, endpoint)
         try:
-            return await nodes.reconcile(obj, tenant)
+            report = await nodes.reconcile(obj, tenant)
+            if report.ready:
+                await self._addons(obj, tenant, endpoint)
+            return report
         finally:
             await tenant.close()
+
+    async def _addons(self, obj: Obj, tenant: KubeClient, endpoint: str) -> None:
+        """kube-proxy, CoreDNS and the kubernetes Service's endpoints, once the tenant has a node; applied
+        again only when they change (or after a restart). A tenant that refuses them is retried on the
+        next pass: the nodes and the control plane are fine meanwhile."""
+        meta = obj["metadata"]
+        objs = addons.manifests(endpoint, SERVICE_CIDR)
+        key, digest = meta.get("uid", ""), addons.digest(objs)
+        if self._addons_applied.get(key) == digest:
+            return
+        try:
+            await addons.ensure(tenant, objs)
+        except (HostUnavailable, HostError) as e:
+            log.warning("installing the add-ons of %s/%s: %s", meta["namespace"], meta["name"], e)
+            return
+        self._addons_applied[key] = digest
+        log.info("add-ons of %s/%s applied (kube-proxy, CoreDNS, kubernetes endpoints at %s)",
+                 meta["namespace"], meta["name"], endpoint)
 
     async def _finish(self, obj: Obj, outcome: Outcome) -> None:
         """The pass's one status write, the event telling of a new reason, then what comes next."""
@@ -192,6 +214,7 @@ class ControlPlaneController:
     async def _delete(self, obj: Obj) -> None:
         meta = obj["metadata"]
         self._unanswered.pop(meta.get("uid", ""), None)
+        self._addons_applied.pop(meta.get("uid", ""), None)
         if FINALIZER not in (meta.get("finalizers") or []):
             return
         if (obj.get("status") or {}).get("phase") != "Deleting":  # the phase says so before the teardown

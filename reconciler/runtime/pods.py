@@ -42,6 +42,7 @@ import aiohttp
 from cryptography import x509
 
 from apiserver.apis.conditions import find_condition
+from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
@@ -77,25 +78,12 @@ FAILING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImage
            "CreateContainerError", "RunContainerError"}
 
 # kind → (API prefix, plural): everything this runtime creates, or its controllers create with our labels
-KINDS: dict[str, tuple[str, str]] = {
-    "Deployment": ("/apis/apps/v1", "deployments"),
-    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
-    "ReplicaSet": ("/apis/apps/v1", "replicasets"),
-    "ControllerRevision": ("/apis/apps/v1", "controllerrevisions"),
-    "Pod": ("/api/v1", "pods"),
-    "Service": ("/api/v1", "services"),
-    "Secret": ("/api/v1", "secrets"),
-    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
-}
 # the kinds ensure() creates, or that outlive their owners: what owned() looks for
 ROOT_KINDS = ("Deployment", "StatefulSet", "Service", "Secret", "PersistentVolumeClaim")
+# everything a teardown waits to see gone, workloads first (so nothing is recreated)
+OWNED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "ControllerRevision", "Pod", "Service", "Secret",
+               "PersistentVolumeClaim")
 COMPONENTS = ("etcd", "apiserver", "controller-manager", "scheduler")
-
-
-def _path(kind: str, namespace: str | None = None, name: str = "") -> str:
-    prefix, plural = KINDS[kind]
-    scope = f"/namespaces/{namespace}" if namespace else ""
-    return f"{prefix}{scope}/{plural}" + (f"/{name}" if name else "")
 
 
 def _b64(data: bytes | str) -> str:
@@ -239,14 +227,14 @@ class PodsRuntime:
 
     async def _apply(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
-        path = _path(obj["kind"], meta["namespace"], meta["name"])
+        path = paths.path(obj["kind"], meta["namespace"], meta["name"])
         return await self._call(f"applying {obj['kind']} {meta['namespace']}/{meta['name']}", "PATCH", path,
                                 body=obj, content_type="application/apply-patch+yaml",
                                 params={"fieldManager": FIELD_MANAGER, "force": "true", "fieldValidation": "Strict"})
 
     async def _get(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
-            return await self.client.get(_path(kind, namespace, name))
+            return await self.client.get(paths.path(kind, namespace, name))
         except HostError as e:
             if e.code == 404:
                 return None
@@ -256,12 +244,12 @@ class PodsRuntime:
             raise RuntimeFailure("HostUnavailable", f"reading {kind} {namespace}/{name}: {e}") from None
 
     async def _list(self, kind: str, namespace: str | None, selector: str) -> list[Obj]:
-        found = await self._call(f"listing {kind}", "GET", _path(kind, namespace), params={"labelSelector": selector})
+        found = await self._call(f"listing {kind}", "GET", paths.path(kind, namespace), params={"labelSelector": selector})
         return list(found.get("items") or [])
 
     async def _delete(self, kind: str, namespace: str, name: str) -> None:
         try:
-            await self.client.delete(_path(kind, namespace, name),
+            await self.client.delete(paths.path(kind, namespace, name),
                                      {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
         except HostError as e:
             if e.code != 404:
@@ -294,7 +282,7 @@ class PodsRuntime:
         self._host_ports.pop((namespace, name), None)
         deadline = time.monotonic() + self.teardown_timeout
         while True:
-            left = [(kind, obj) for kind in KINDS for obj in await self._list(kind, namespace, selector)]
+            left = [(kind, obj) for kind in OWNED_KINDS for obj in await self._list(kind, namespace, selector)]
             if not left:
                 return
             if time.monotonic() > deadline:

@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
+from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import KubeClient
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 from hack.harness import HostCluster, create_fake_nodes, free_port, wait_until
 from reconciler.runtime.base import RuntimeFailure
-from reconciler.runtime.pods import KINDS, PodsRuntime
+from reconciler.runtime.pods import OWNED_KINDS, PodsRuntime
 
 pytestmark = pytest.mark.e2e
 
@@ -92,8 +93,7 @@ async def objects(client: KubeClient, namespace: str, name: str, kinds: tuple[st
     selector = f"app.kubernetes.io/managed-by=vc-apiserver,kosmos.io/virtualcluster={name}"
     found = {}
     for kind in kinds:
-        prefix, plural = KINDS[kind]
-        listed = await client.get(f"{prefix}/namespaces/{namespace}/{plural}", labelSelector=selector)
+        listed = await client.get(paths.path(kind, namespace), labelSelector=selector)
         for obj in listed["items"]:
             found[f"{kind}/{obj['metadata']['name']}"] = obj
     return found
@@ -284,7 +284,7 @@ async def test_teardown_removes_everything(runtime: PodsRuntime, client: KubeCli
 
     await runtime.teardown(namespace, "gone")
 
-    assert await objects(client, namespace, "gone", tuple(KINDS)) == {}
+    assert await objects(client, namespace, "gone", OWNED_KINDS) == {}
     assert (namespace, "gone") not in await runtime.owned()
     assert len(await objects(client, namespace, "keep", APPLIED_KINDS)) == 11  # its neighbour is untouched
     await runtime.teardown(namespace, "gone")  # idempotent

@@ -13,13 +13,13 @@ import socket
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from hack.harness import LAB_GATEWAY, Stack, binary, free_port, wait_until
-from hack.realnodes import CONTROL_PLANE_ROLE, RealNodeLab
+from hack.realnodes import CONTROL_PLANE_ROLE, RealNode, RealNodeLab
 from tests.conftest import Kubectl, vc
 from tests.support.promotion import assert_returned, claims, ready_tenant_nodes, tenant, wait_phase
 
@@ -121,8 +121,18 @@ def deployment(name: str, command: str, replicas: int = 1) -> dict[str, Any]:
                                       {"name": "main", "image": BUSYBOX, "command": ["sh", "-c", command]}]}}}}
 
 
-def test_a_promoted_real_node_runs_tenant_containers_and_comes_home(
-        real_stack: Stack, real_lab: RealNodeLab, tmp_path: Path) -> None:
+@dataclass
+class Edge:
+    """A VirtualCluster with the real worker promoted into it."""
+
+    host: Kubectl
+    namespace: str
+    tenant: Kubectl
+    worker: RealNode
+
+
+@pytest.fixture(scope="module")
+def edge(real_stack: Stack, real_lab: RealNodeLab, tmp_path_factory: pytest.TempPathFactory) -> Edge:
     worker = real_lab.nodes()[1]
     host = Kubectl(real_stack.kubeconfig, host_namespaces=True)
     ns = host.ensure_namespace("real-promo")
@@ -130,16 +140,22 @@ def test_a_promoted_real_node_runs_tenant_containers_and_comes_home(
     host.run("create", "-f", "-", input=json.dumps(vc("edge", ns, {
         "externalIP": LAB_GATEWAY, "promoteResources": {"nodes": [worker.name]}})))
     wait_phase(host, ns, "edge", "Completed", timeout=180)
-    t = tenant(host, ns, "edge", tmp_path)
+    return Edge(host, ns, tenant(host, ns, "edge", tmp_path_factory.mktemp("edge")), worker)
+
+
+def test_a_promoted_real_node_is_ready_in_the_tenant_and_runs_its_containers(edge: Edge) -> None:
+    t, worker = edge.tenant, edge.worker
     assert ready_tenant_nodes(t) == [worker.name]
     seen = t.json("get", "node", worker.name)
     assert seen["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
     assert {"type": "InternalIP", "address": worker.address} in seen["status"]["addresses"]
+    # The host's Node stays, claimed: the host no longer schedules there.
+    assert claims(edge.host)[worker.name]
 
-    # Real containers of the tenant on the node; logs and exec through the tenant apiserver.
     t.run("create", "namespace", "apps")
     t.run("apply", "-n", "apps", "-f", "-", input=json.dumps(deployment(
-        "hello", "echo hello from $(hostname); exec sleep 3600")))
+        "hello", "echo hello from $(hostname); mkdir -p /www; echo tenant-page > /www/index.html;"
+                 " exec httpd -f -p 8080 -h /www")))
     t.run("rollout", "status", "-n", "apps", "deployment/hello", "--timeout=90s", timeout=120)
     [p] = t.json("get", "pods", "-n", "apps", "-l", "app=hello")["items"]
     assert p["spec"]["nodeName"] == worker.name and p["status"]["phase"] == "Running"
@@ -147,16 +163,42 @@ def test_a_promoted_real_node_runs_tenant_containers_and_comes_home(
     name = p["metadata"]["name"]
     wait_until(lambda: f"hello from {name}" in t.run("logs", "-n", "apps", name).stdout, 20, "the tenant pod's log")
     assert t.run("exec", "-n", "apps", name, "--", "cat", "/etc/hostname").stdout.strip() == name
-    # Only the tenant's pods run there: the host's were drained before the kubelet moved.
-    assert {ns for ns, _ in worker.running_pods()} == {"apps"}
-    # The host no longer sees the node's kubelet: its Node there is claimed and not heartbeated by it.
-    assert worker.name in claims(host) and claims(host)[worker.name]
+    # Only the tenant's pods run there (its add-ons included): the host's were drained before the kubelet moved.
+    assert {ns for ns, _ in worker.running_pods()} <= {"apps", "kube-system"}
 
-    # Deleting the VirtualCluster gives the node back: its kubelet reports to the host again.
-    host.run("delete", "vc", "edge", "-n", ns, "--timeout=180s", timeout=200)
+
+def test_tenant_add_ons_resolve_names_and_route_service_addresses(edge: Edge) -> None:
+    t = edge.tenant
+    t.run("rollout", "status", "-n", "kube-system", "daemonset/kube-proxy", "--timeout=90s", timeout=120)
+    t.run("rollout", "status", "-n", "kube-system", "deployment/coredns", "--timeout=120s", timeout=150)
+    t.run("expose", "-n", "apps", "deployment/hello", "--port=80", "--target-port=8080")
+    t.run("apply", "-n", "apps", "-f", "-", input=json.dumps(deployment("probe", "exec sleep 3600")))
+    t.run("rollout", "status", "-n", "apps", "deployment/probe", "--timeout=90s", timeout=120)
+    [probe] = t.json("get", "pods", "-n", "apps", "-l", "app=probe")["items"]
+    name = probe["metadata"]["name"]
+
+    def lookup() -> bool:
+        out = t.run("exec", "-n", "apps", name, "--", "nslookup", "kubernetes.default.svc.cluster.local",
+                    check=False)
+        return out.returncode == 0 and "10.96.0.1" in out.stdout
+    wait_until(lookup, 60, "kubernetes.default resolved from a tenant pod", interval=1)
+    service_ip = t.json("get", "service", "-n", "apps", "hello")["spec"]["clusterIP"]
+
+    def fetch(url: str) -> str:
+        out = t.run("exec", "-n", "apps", name, "--", "wget", "-q", "-O-", url, check=False)
+        return out.stdout
+    wait_until(lambda: fetch(f"http://{service_ip}/index.html") == "tenant-page\n", 60,
+               "the Service's ClusterIP routed to its pod", interval=1)
+    assert fetch("http://hello.apps.svc.cluster.local/index.html") == "tenant-page\n"
+
+
+def test_deleting_the_cluster_sends_the_real_node_home(real_stack: Stack, real_lab: RealNodeLab, edge: Edge) -> None:
+    host, worker = edge.host, edge.worker
+    host.run("delete", "vc", "edge", "-n", edge.namespace, "--timeout=180s", timeout=200)
     real_lab.wait_ready(worker.name, 90)
     assert_returned(host, [worker.name])
-    assert "containerd://" in host.json("get", "node", worker.name)["status"]["nodeInfo"]["containerRuntimeVersion"]
+    assert host.json("get", "node", worker.name)["status"]["nodeInfo"]["containerRuntimeVersion"].startswith(
+        "containerd://")
     back = host.ensure_namespace("real-home")
     run_pod(real_stack, back, pod("home", worker.name, "echo home; exec sleep 3600"))
     wait_until(lambda: "home" in real_stack.host.kubectl("logs", "-n", back, "home").stdout, 20, "a host pod's log")
