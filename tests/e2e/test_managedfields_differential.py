@@ -194,6 +194,25 @@ def test_user_written_managed_fields_are_kept_ignored_reset_or_refused_as_kube_d
     assert "managedFields" not in out["ours"][1]["metadata"]
 
 
+def test_empty_labels_annotations_finalizers_and_generate_name_are_dropped_as_kube_drops_them(
+        clients: dict[str, Client]) -> None:
+    """kube-apiserver round-trips a custom resource's metadata through the typed ObjectMeta, which
+    leaves out what is empty: no one owns it, and emptying a map by a patch removes it whole."""
+    name = "empty-meta"
+    body = manifest(name)
+    body["metadata"].update(labels={}, annotations={"a": "b"}, finalizers=[], generateName="")
+    result = both(clients, lambda c: c.send("POST", "", body, fieldManager="creator"))
+    for _, obj in result.values():
+        assert {"labels", "generateName"}.isdisjoint(obj["metadata"]), obj["metadata"]
+    result = both(clients, lambda c: c.send("PATCH", f"/{name}", [{"op": "remove", "path": "/metadata/annotations/a"}],
+                                            JSON_PATCH, fieldManager="remover"))
+    for _, obj in result.values():
+        assert "annotations" not in obj["metadata"], obj["metadata"]
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"labels": {}}}, MERGE, fieldManager="merger"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {**applied(name), "metadata": {
+        "name": name, "namespace": NS, "labels": {}}}, APPLY, fieldManager="applier"))
+
+
 def test_a_field_manager_kube_would_refuse_is_refused_alike(clients: dict[str, Client]) -> None:
     both(clients, lambda c: c.send("POST", "", manifest("badmanager"), fieldManager="m" * 129))
     both(clients, lambda c: c.send("PATCH", "/badmanager", {}, MERGE, fieldManager="a%07b"))
