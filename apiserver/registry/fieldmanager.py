@@ -327,6 +327,11 @@ class FieldManager:
         meta.pop("managedFields", None)
         if not managed and live is not None:  # an untracked object stays untracked until applied to
             return
+        if any(e.api_version != self.api_version for e in managed.values()):
+            # structured-merge-diff compares the object at every entry's apiVersion, and converting it
+            # to one this resource does not serve fails the tracking: UpdateNoErrors then writes the
+            # object without managedFields (user-written entries are the only way to name another).
+            return
         try:
             managed = self._track(live or {}, new, managed, manager or UNKNOWN_MANAGER, subresource, now)
         except TypingError:  # UpdateNoErrors: the object is written without managedFields

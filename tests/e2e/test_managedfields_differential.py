@@ -186,6 +186,14 @@ def test_user_written_managed_fields_are_kept_ignored_reset_or_refused_as_kube_d
     # Decodable but invalid: 422 from ObjectMeta validation.
     both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [
         {**entry, "manager": "m" * 129}]}}, MERGE, fieldManager="m4"))
+    # An entry of an apiVersion the resource does not serve fails the tracking of the write that
+    # brings it: the object is written without managedFields (and stays untracked).
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [
+        entry, {**entry, "manager": "old-writer", "apiVersion": "kosmos.io/v1alpha2"}]}}, MERGE, fieldManager="m4"))
+    elsewhere = manifest("userwritten-v2")
+    elsewhere["metadata"]["managedFields"] = [{**entry, "apiVersion": "kosmos.io/v1beta1"}]
+    created = both(clients, lambda c: c.send("POST", "", elsewhere, fieldManager="creator"))
+    assert "managedFields" not in created["ours"][1]["metadata"]
     # [{}] resets: no entries, and later updates stay untracked.
     both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [{}]}}, MERGE,
                                    fieldManager="m5"))
