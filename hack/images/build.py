@@ -100,7 +100,7 @@ class Context:
         else:
             found = debian.resolve(roots, follow=lambda n: n not in only)
             memo.parent.mkdir(parents=True, exist_ok=True)
-            memo.write_text(json.dumps([[p.name, p.version, p.filename, p.sha256] for p in found.values()]))
+            write_atomically(memo, json.dumps([[p.name, p.version, p.filename, p.sha256] for p in found.values()]))
         self._packages[(roots, only)] = found
         return found
 
@@ -450,18 +450,32 @@ def build(recipe: Recipe, ctx: Context, builder: str | None = None, force: bool 
                 blobs.append((oci.write_layer(tree, f), path))
         config = oci.image_config([b.digest for b, _ in blobs], recipe.config, [h for h, _ in layers])
         out_dir.mkdir(parents=True, exist_ok=True)
-        partial = out_dir / "image.tar.partial"
+        partial = out_dir / f"image.tar.{os.getpid()}.partial"  # builds of one image may run side by side
         with partial.open("wb") as f:
             digest = oci.write_archive(f, recipe.ref, config, blobs)
         partial.rename(archive)
     info = {"ref": recipe.ref, "key": key, "digest": digest.digest, "archive_bytes": archive.stat().st_size,
             "layers": [{"digest": b.digest, "bytes": b.size, "created_by": h} for (b, _), (h, _) in zip(blobs, layers, strict=True)],
             "build_seconds": round(time.monotonic() - start, 2)}
-    info_file.write_text(json.dumps(info, indent=1) + "\n")
-    for stale in out_dir.parent.iterdir():  # older builds of this image: one archive per image is kept
-        if stale != out_dir and stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
+    write_atomically(info_file, json.dumps(info, indent=1) + "\n")
+    prune(out_dir.parent)
     return Built(recipe, key, archive, info, False, time.monotonic() - start)
+
+
+KEEP = 3  # builds of one image kept besides the newest: work trees sharing the cache may want each
+
+
+def prune(image_dir: Path) -> None:
+    builds = sorted((d for d in image_dir.iterdir() if (d / "info.json").exists()),
+                    key=lambda d: (d / "info.json").stat().st_mtime, reverse=True)
+    for stale in builds[KEEP + 1:]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def select(names: list[str] | None) -> list[Recipe]:
