@@ -8,13 +8,15 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODES ?= 4
 
-.PHONY: up down test unit bins env lint clean help
+.PHONY: up down test unit bins node-packages images env lint clean help
 
 help:
 	@echo "make up      start etcd + vc-apiserver on loopback, write .local/kubeconfig"
 	@echo "make down    stop what make up started"
 	@echo "make test    build everything needed and run the whole test suite"
-	@echo "make bins    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok"
+	@echo "make bins    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,"
+	@echo "             kubelet, kube-proxy, coredns"
+	@echo "make images  build the container images (hack/images), print their sizes and build times"
 	@echo "make lint    ruff"
 
 $(STAMP): pyproject.toml
@@ -28,6 +30,13 @@ env: $(STAMP)
 bins:
 	bash hack/build-bins.sh
 
+# Debian's containerd, runc, CNI plugins, iptables, conntrack, socat, busybox-static, gcc (root; fast when present)
+node-packages:
+	bash hack/node-packages.sh
+
+images: env bins node-packages
+	$(PY) -m hack.images build
+
 up: env bins
 	$(PY) -m hack.playground up --nodes $(NODES)
 
@@ -37,7 +46,7 @@ down: env
 lint: env
 	$(VENV)/bin/ruff check apiserver reconciler apiservice certs hack bench tests
 
-test: env bins lint
+test: env bins node-packages lint
 	$(PY) -m pytest -p no:cacheprovider -q --durations=15 tests
 
 unit: env
