@@ -9,13 +9,15 @@ STAMP := $(VENV)/.installed
 NODES ?= 4
 REAL_NODES ?= 0
 
-.PHONY: up down test unit bins env lint clean help
+.PHONY: up down test unit bins node-packages images env lint clean help
 
 help:
 	@echo "make up      start etcd + vc-apiserver on loopback, write .local/kubeconfig"
 	@echo "make down    stop what make up started"
 	@echo "make test    build everything needed and run the whole test suite"
-	@echo "make bins    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok"
+	@echo "make bins    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,"
+	@echo "             kubelet, kube-proxy, coredns"
+	@echo "make images  build the container images (hack/images), print their sizes and build times"
 	@echo "make lint    ruff"
 
 $(STAMP): pyproject.toml
@@ -29,8 +31,15 @@ env: $(STAMP)
 bins:
 	bash hack/build-bins.sh
 
+# Debian's containerd, runc, CNI plugins, iptables, conntrack, socat, busybox-static, gcc (root; fast when present)
+node-packages:
+	bash hack/node-packages.sh
+
+images: env bins node-packages
+	$(PY) -m hack.images build
+
 up: env bins
-	@if [ "$(REAL_NODES)" != "0" ]; then bash hack/node-packages.sh; fi
+	@if [ "$(REAL_NODES)" != "0" ]; then $(MAKE) --no-print-directory node-packages; fi
 	$(PY) -m hack.playground up --nodes $(NODES) --real-nodes $(REAL_NODES)
 
 down: env
@@ -39,8 +48,7 @@ down: env
 lint: env
 	$(VENV)/bin/ruff check apiserver reconciler apiservice certs hack bench tests
 
-test: env bins lint
-	bash hack/node-packages.sh
+test: env bins node-packages lint
 	$(PY) -m pytest -p no:cacheprovider -q --durations=15 tests
 
 unit: env

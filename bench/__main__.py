@@ -23,7 +23,7 @@ import uvloop
 from . import config, controlplane, promotion, report, suite
 from .workloads import log
 
-STEPS = ("get", "list", "kubectl", "update", "watch")
+STEPS = ("get", "list", "kubectl", "update", "watch", "apply")
 PRODUCT_STEPS = ("controlplane", "promotion")  # the product's own work, against its floor
 
 

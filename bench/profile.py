@@ -31,11 +31,11 @@ from .client import namespace_name
 from .config import NAMESPACES
 from .servers import Lab
 from .watch import WATCH_NAMESPACE, fan_out_watch
-from .workloads import Bench, create, get, kubectl, lists, log, update, warm_up
+from .workloads import APPLY_NAMESPACE, Bench, apply, create, get, kubectl, lists, log, update, warm_up
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WORKLOADS: dict[str, Callable[[Bench], Awaitable[None]]] = {
-    "create": create, "get": get, "list": lists, "update": update, "watch": fan_out_watch,
+    "create": create, "get": get, "list": lists, "update": update, "watch": fan_out_watch, "apply": apply,
 }
 _LINE = re.compile(r":\d+\)$")
 
@@ -102,7 +102,7 @@ def _work(b: Bench, workload: str, workdir: Path) -> Awaitable[None]:
 
 async def profile(scale: config.Scale, workloads: list[str], workdir: Path, rate: int) -> dict[str, Path]:
     """Each workload in turn on one populated server; the raw stacks file of each."""
-    lab = Lab(workdir, [namespace_name(i) for i in range(NAMESPACES)] + [WATCH_NAMESPACE])
+    lab = Lab(workdir, [namespace_name(i) for i in range(NAMESPACES)] + [WATCH_NAMESPACE, APPLY_NAMESPACE])
     out: dict[str, Path] = {}
     try:
         targets = lab.start(baseline=False)

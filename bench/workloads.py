@@ -1,4 +1,4 @@
-"""The request workloads: create, get, list, update/status, kubectl, memory.
+"""The request workloads: create, get, list, update/status, kubectl, server-side apply, memory.
 
 Every workload runs in rounds, and each round visits every target, the order reversed on every
 other round (A B, B A, ...) so that whatever drifts during the run (other jobs on the machine,
@@ -40,6 +40,9 @@ from .stats import Results
 T = TypeVar("T")
 MiB, KiB = 1024.0 * 1024.0, 1024.0
 PAGE = 500
+APPLY_NAMESPACE = "bench-apply"  # apply creates its own objects, apart from the population
+APPLY_MANAGER = "bench-applier"
+APPLY_HEADERS = {"Accept": "application/json", "Content-Type": "application/apply-patch+yaml"}
 
 
 def log(message: str) -> None:
@@ -323,3 +326,44 @@ async def kubectl(b: Bench, cache_root: str) -> None:
         b.results.record_usage("kubectl", target.name, meter.stop().cores())
         metric.add(target.name, seconds)
         log(f"[kubectl] round {r} {target.name}: {seconds:.2f}s")
+
+
+# -- 9. server-side apply --------------------------------------------------------------------------
+
+def _applied(target: Target, round_: int, index: int, generation: int) -> dict[str, Any]:
+    """The configuration one applier keeps for an object: the population's shape, and at each
+    generation a new node count and label value."""
+    name = f"apply-{target.name}-{round_}-{index:05d}"  # a proxy target writes into another's store
+    obj = virtualcluster(APPLY_NAMESPACE, name, index)
+    obj["metadata"]["labels"]["generation"] = str(generation)
+    obj["spec"]["promotePolicies"][0]["nodeCount"] = 1 + generation
+    return obj
+
+
+async def apply(b: Bench) -> None:
+    """Server-side apply by one field manager, 16 clients: apply-create (each object absent, so the
+    apply creates it), then apply-update (a changed configuration applied to each: the merge, the
+    conflict check and the Apply entry on every write)."""
+    s = b.scale
+    n = s.updates
+    metrics = {
+        step: (b.results.metric(f"apply.{step}.throughput",
+                                f"apply-{step} {n:,} objects (c={s.concurrency}): throughput", "req/s",
+                                higher_is_better=True),
+               b.results.metric(f"apply.{step}.latency", f"apply-{step}: latency per request", "ms", chart=False))
+        for step in ("create", "update")}
+    for r, target in b.rounds(s.rounds):
+        client = b.clients[target.name]
+        rates = []
+        for generation, (step, code) in enumerate((("create", 201), ("update", 200))):
+            objs = [_applied(target, r, i, generation) for i in range(n)]
+            meter = b.meter(target)
+            seconds, lats = await fan_out(s.concurrency, objs, lambda o, client=client, code=code: client.request(
+                "PATCH", item(APPLY_NAMESPACE, o["metadata"]["name"]), body=o, params={"fieldManager": APPLY_MANAGER},
+                headers=APPLY_HEADERS, expect=(code,)))
+            b.results.record_usage(f"apply-{step}", target.name, meter.stop().cores())
+            rate, latency = metrics[step]
+            rate.add(target.name, n / seconds)
+            latency.add(target.name, *_ms(lats))
+            rates.append(f"{step} {n / seconds:,.0f} req/s")
+        log(f"[apply] round {r} {target.name}: " + ", ".join(rates))

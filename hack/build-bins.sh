@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok
+# Builds etcd and etcdctl, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,
+# and the node binaries kubelet, kube-proxy and CoreDNS (with kube-log-runner, the images' go-runner)
 # from the Go module proxy at the versions pinned in hack/versions.env.
 # Builds are cached in $VC_CACHE (default ~/.cache/vc-apiserver); .local/bin links to them.
+# A missing binary is built, a present one reused; whatever cannot be built fails the script.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +26,7 @@ export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
 k8s_dir="$cache/kubernetes-$KUBERNETES_VERSION"
 etcd_dir="$cache/etcd-$ETCD_VERSION"
 kwok_dir="$cache/kwok-$KWOK_VERSION"
+coredns_dir="$cache/coredns-$COREDNS_VERSION"
 
 link() { ln -sfn "$1" "$links/$(basename "$1")"; }
 
@@ -33,26 +36,44 @@ check_proxy() {
     die "cannot fetch $mod@$ver from the Go module proxy ($proxy): $(tail -n 3 "$cache/.proxy-err")"
 }
 
-build_etcd() {
-  [ -x "$etcd_dir/etcd" ] && return 0
-  echo "build-bins: building etcd $ETCD_VERSION"
-  check_proxy go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
-  local w="$etcd_dir/src"; rm -rf "$w"; mkdir -p "$w"
+# etcd's modules carry `replace` lines, so each binary is built from a tiny wrapper module of its own.
+build_etcd_module() {
+  local bin=$1 mod=$2
+  [ -x "$etcd_dir/$bin" ] && return 0
+  echo "build-bins: building $bin $ETCD_VERSION"
+  check_proxy "$mod" "$ETCD_VERSION"
+  local w="$etcd_dir/src-$bin"; rm -rf "$w"; mkdir -p "$w"
   cat >"$w/go.mod" <<MOD
-module vcapiserver.local/etcdwrapper
+module vcapiserver.local/${bin}wrapper
 
 go 1.25
 
-require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+require $mod $ETCD_VERSION
 MOD
-  (cd "$w" && go build -trimpath -ldflags="-s -w" -o "$etcd_dir/etcd.tmp" go.etcd.io/etcd/server/v3)
-  mv "$etcd_dir/etcd.tmp" "$etcd_dir/etcd"
+  (cd "$w" && go build -trimpath -ldflags="-s -w" -o "$etcd_dir/$bin.tmp" "$mod") ||
+    die "building $bin $ETCD_VERSION failed"
+  mv "$etcd_dir/$bin.tmp" "$etcd_dir/$bin"
+}
+
+build_etcd() {
+  build_etcd_module etcd go.etcd.io/etcd/server/v3
+  build_etcd_module etcdctl go.etcd.io/etcd/etcdctl/v3
+}
+
+# The Kubernetes binaries and the package each is built from (kube-log-runner is go-runner, the
+# entrypoint of upstream's kube-* images: its source lives in component-base).
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kube-log-runner)
+k8s_pkg() {
+  case $1 in
+    kube-log-runner) echo k8s.io/component-base/logs/kube-log-runner;;
+    *) echo "k8s.io/kubernetes/cmd/$1";;
+  esac
 }
 
 build_kubernetes() {
-  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl) b missing=0
-  for b in "${bins[@]}"; do [ -x "$k8s_dir/$b" ] || missing=1; done
-  [ $missing = 0 ] && return 0
+  local bins=() b
+  for b in "${k8s_bins[@]}"; do [ -x "$k8s_dir/$b" ] || bins+=("$b"); done
+  [ ${#bins[@]} = 0 ] && return 0
   echo "build-bins: building kubernetes $KUBERNETES_VERSION (${bins[*]})"
   check_proxy k8s.io/kubernetes "$KUBERNETES_VERSION"
   local gomod
@@ -80,10 +101,14 @@ build_kubernetes() {
     ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
   local pkgs=()
-  for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  for b in "${bins[@]}"; do pkgs+=("$(k8s_pkg "$b")"); done
   mkdir -p "$k8s_dir/out"
-  (cd "$w" && go build -trimpath -ldflags="$ldflags" -o "$k8s_dir/out/" "${pkgs[@]}")
-  for b in "${bins[@]}"; do mv "$k8s_dir/out/$b" "$k8s_dir/$b"; done
+  (cd "$w" && go build -trimpath -ldflags="$ldflags" -o "$k8s_dir/out/" "${pkgs[@]}") ||
+    die "building kubernetes $KUBERNETES_VERSION (${bins[*]}) failed"
+  for b in "${bins[@]}"; do
+    [ -x "$k8s_dir/out/$b" ] || die "go build made no $b"
+    mv "$k8s_dir/out/$b" "$k8s_dir/$b"
+  done
 }
 
 build_kwok() {
@@ -91,15 +116,34 @@ build_kwok() {
   echo "build-bins: building kwok $KWOK_VERSION"
   check_proxy sigs.k8s.io/kwok "$KWOK_VERSION"
   mkdir -p "$kwok_dir"
-  GOBIN="$kwok_dir" GOFLAGS= go install -trimpath -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  GOBIN="$kwok_dir" GOFLAGS= go install -trimpath -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ||
+    die "building kwok $KWOK_VERSION failed"
+}
+
+# CoreDNS as its Makefile builds it (CGO off, GitCommit stamped: the tag's commit, from the proxy).
+build_coredns() {
+  [ -x "$coredns_dir/coredns" ] && return 0
+  echo "build-bins: building coredns $COREDNS_VERSION"
+  check_proxy github.com/coredns/coredns "$COREDNS_VERSION"
+  local commit
+  commit=$(go mod download -json "github.com/coredns/coredns@$COREDNS_VERSION" | sed -n 's/.*"Hash": "\([0-9a-f]*\)".*/\1/p')
+  [ -n "$commit" ] || commit=$COREDNS_VERSION
+  mkdir -p "$coredns_dir/bin"
+  GOBIN="$coredns_dir/bin" GOFLAGS= go install -trimpath \
+    -ldflags="-s -w -X github.com/coredns/coredns/coremain.GitCommit=${commit:0:7}" \
+    "github.com/coredns/coredns@$COREDNS_VERSION" || die "building coredns $COREDNS_VERSION failed"
+  mv "$coredns_dir/bin/coredns" "$coredns_dir/coredns"
 }
 
 mkdir -p "$cache"
 build_etcd
 build_kwok
 build_kubernetes
+build_coredns
 
 link "$etcd_dir/etcd"
+link "$etcd_dir/etcdctl"
 link "$kwok_dir/kwok"
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do link "$k8s_dir/$b"; done
+link "$coredns_dir/coredns"
+for b in "${k8s_bins[@]}"; do link "$k8s_dir/$b"; done
 echo "build-bins: ready in $links: $(ls "$links" | tr '\n' ' ')"

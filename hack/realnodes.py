@@ -43,6 +43,7 @@ from pathlib import Path
 import yaml
 
 from certs import pki
+from hack import versions
 from hack.harness import (
     LAB_GATEWAY,
     REPO,
@@ -65,7 +66,7 @@ KUBELET_PORT = 10250
 HEALTHZ_PORT = 10248
 NODE_USER, NODES_GROUP = "system:node:", "system:nodes"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-PAUSE_IMAGE_ENV = "VC_PAUSE_IMAGE"
+PAUSE_IMAGE = f"registry.k8s.io/pause:{versions.PAUSE_VERSION}"
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
 REAL_NODE_LABEL = "lab.kosmos.io/real-node"  # set by the kubelets: where the host's add-ons may run (not kwok)
 STORAGE_CLASS = "local"
@@ -112,6 +113,14 @@ def destroy_network() -> None:
     if saved.exists():
         Path("/proc/sys/net/ipv4/ip_forward").write_text(saved.read_text())
         saved.unlink()
+
+
+def _reference(archive: Path) -> str:
+    """The image name an archive carries (its info.json, written beside it by hack/images)."""
+    try:
+        return str(json.loads((archive.parent / "info.json").read_text())["ref"])
+    except (OSError, ValueError, KeyError):
+        return ""
 
 
 def node_address(index: int) -> str:
@@ -356,8 +365,11 @@ state = "{d}/run/containerd"
         return out
 
     def import_images(self, archives: list[Path]) -> None:
+        """Each archive into this node's containerd (the k8s.io namespace the kubelet uses), once."""
+        present = set(self.ctr("images", "list", "-q").stdout.split())
         for archive in archives:
-            self.ctr("images", "import", str(archive))
+            if _reference(archive) not in present:
+                self.ctr("images", "import", str(archive))
 
     def kubelet_healthy(self) -> bool:
         try:
@@ -614,10 +626,11 @@ class RealNodeLab:
 
 
 def node_images(say: Callable[[str], None] = lambda _: None) -> tuple[list[Path], str]:
-    """Every image a node runs (built locally by hack/images.py, cached), and the pause image's name."""
-    from hack import images
-    built = images.build_all(say=say)
-    return [b.archive for b in built], images.PAUSE
+    """Every image a node runs (built locally by hack/images, cached), and the pause image's name."""
+    from hack.images import build
+    built = build.build_all(say=lambda line: None)
+    say(f"images          {len(built)} built locally or cached (python -m hack.images list)")
+    return [b.path for b in built], PAUSE_IMAGE
 
 
 def main(argv: list[str] | None = None) -> int:

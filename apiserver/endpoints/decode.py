@@ -74,6 +74,18 @@ def find_duplicate_fields(body: bytes) -> list[str]:
     return dups
 
 
+# ObjectMeta fields Go leaves out when empty (omitempty): kube-apiserver round-trips a custom
+# resource's metadata through the typed ObjectMeta as it decodes it (apiextensions-apiserver
+# ``schema/objectmeta`` Coerce), so an empty one is gone before field management or storage sees it.
+OMITTED_WHEN_EMPTY = ("generateName", "labels", "annotations", "finalizers", "ownerReferences")
+
+
+def drop_empty_metadata(meta: dict[str, Any]) -> None:
+    for key in OMITTED_WHEN_EMPTY:
+        if key in meta and (meta[key] is None or meta[key] == "" or meta[key] == {} or meta[key] == []):
+            del meta[key]
+
+
 class Decoder:
     """Objects of one resource from request bodies and patched states."""
 
@@ -108,6 +120,7 @@ class Decoder:
         patched object must not even empty it)."""
         obj = self.check_type(document)
         unknown = self.strategy.prune(obj)
+        drop_empty_metadata(obj["metadata"])
         warnings: list[str] = []
         if field_validation != "Ignore":
             warnings = [f'unknown field "{p}"' for p in unknown]

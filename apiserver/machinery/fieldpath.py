@@ -24,8 +24,8 @@ from marshmallow import Schema, fields
 
 from apiserver.machinery.fields import field_of, list_type, map_type, struct_type
 
-__all__ = ["ATOMIC", "Comparison", "FieldsV1Error", "Path", "Type", "TypingError", "compare", "from_fields_v1",
-           "to_fields_v1", "type_of", "without_prefixes"]
+__all__ = ["ATOMIC", "Comparison", "FieldsV1Error", "Path", "Type", "TypingError", "compare", "ensure_named",
+           "from_fields_v1", "prune", "to_fields_v1", "type_of", "without_prefixes"]
 
 Path = tuple[str, ...]
 
@@ -415,6 +415,45 @@ def _remove(node: Any, path: Path, t: Type) -> None:
         node.pop(last[2:], None)
     elif isinstance(node, list) and _granular_list(t):
         node[:] = [item for item in node if _item_element(t, item) != last]
+
+
+def _child(t: Type, pe: str) -> Type:
+    if pe.startswith("f:") and t.kind == STRUCT:
+        return t.fields.get(pe[2:]) or ATOMIC
+    if (pe.startswith("f:") and t.kind == MAP) or (t.kind == LIST and not pe.startswith("f:")):
+        return t.elem or ATOMIC
+    return ATOMIC
+
+
+def ensure_named(paths: Iterable[Path], t: Type) -> set[Path]:
+    """``Set.EnsureNamedFieldsAreMembers``: the paths, and every field a struct declares on the way
+    to one of them (not map keys, not list items)."""
+    out = set(paths)
+    for path in list(out):
+        node = t
+        for depth, pe in enumerate(path[:-1], start=1):
+            if node.kind == STRUCT and pe.startswith("f:") and pe[2:] in node.fields:
+                out.add(path[:depth])
+            node = _child(node, pe)
+    return out
+
+
+def prune(merged: Any, last: set[Path], owned: set[Path], t: Type) -> Any:
+    """``Updater.prune``: ``merged`` without what an applier applied last time (``last``) and no
+    manager owns any more (``owned``: every manager's set, the applier's new one included).
+
+    As structured-merge-diff does it, in three steps over sets whose struct fields on the way to a
+    path count as members: everything ``last`` holds goes, subtrees whole; what some manager owns
+    comes back; then of all that went, only the paths ``last`` itself holds stay gone, so a struct
+    the applier owned comes back with the fields it holds that others own, and a map entry or list
+    item it owned goes whole even if another manager owns a field inside it."""
+    if not last:
+        return merged
+    last_named = ensure_named(last, t)
+    merged_set = ensure_named(set_of(merged, t), t)
+    pruned = remove_paths(merged, last_named, t)
+    pruned = remove_paths(merged, merged_set - ensure_named(set_of(pruned, t), t) - ensure_named(owned, t), t)
+    return remove_paths(merged, (merged_set - ensure_named(set_of(pruned, t), t)) & last_named, t)
 
 
 def path_string(path: Path) -> str:

@@ -53,7 +53,7 @@ from apiserver.machinery.fieldpath import (
     iteration_order,
     merge,
     path_string,
-    remove_paths,
+    prune,
     set_of,
     to_fields_v1,
 )
@@ -327,6 +327,11 @@ class FieldManager:
         meta.pop("managedFields", None)
         if not managed and live is not None:  # an untracked object stays untracked until applied to
             return
+        if any(e.api_version != self.api_version for e in managed.values()):
+            # structured-merge-diff compares the object at every entry's apiVersion, and converting it
+            # to one this resource does not serve fails the tracking: UpdateNoErrors then writes the
+            # object without managedFields (user-written entries are the only way to name another).
+            return
         try:
             managed = self._track(live or {}, new, managed, manager or UNKNOWN_MANAGER, subresource, now)
         except TypingError:  # UpdateNoErrors: the object is written without managedFields
@@ -350,10 +355,14 @@ class FieldManager:
                 first = ManagedEntry(BEFORE_FIRST_APPLY, UPDATE, self.api_version, "", when, owned)
                 managed[first.identity] = first
         try:
-            applied = set_of(config, self.root)
+            configured = set_of(config, self.root)
         except TypingError as e:
             raise errors.ApiError(500, "", f"failed to create typed patch object: {e}") from None
-        applied = {p for p in applied - STRIPPED if not any(p[:len(r)] == r for r in reset)}
+        # The configuration's own set, status aside on the main resource (spec on /status); the
+        # entry is that without the fields no one owns (apiVersion, kind, metadata.name, ...), but
+        # pruning counts those as the applier's: its name and namespace keep metadata alive.
+        configured = {p for p in configured if not any(p[:len(r)] == r for r in reset)}
+        applied = configured - STRIPPED
         mine = ManagedEntry(manager or UNKNOWN_MANAGER, APPLY, self.api_version, subresource)
         previous = managed.get(mine.identity)
         merged = merge(base, config, self.root)
@@ -362,15 +371,7 @@ class FieldManager:
         # Prune: what the manager applied before, applies no more, and no one else owns.
         if previous is not None:
             others = set().union(*(e.paths for k, e in managed.items() if k != mine.identity))
-            kept = applied | others
-            gone = previous.paths - kept
-            doomed = set(gone)
-            for path in gone:  # a struct nobody owns anything in any more goes whole
-                for depth in range(len(path) - 1, 1, -1):
-                    parent = path[:depth]
-                    if parent[-1].startswith("f:") and not any(p[:depth] == parent for p in kept):
-                        doomed.add(parent)
-            merged = remove_paths(merged, doomed, self.root)
+            merged = prune(merged, previous.paths, configured | others, self.root)
         changes = compare(base, merged, self.root).without_prefixes(reset)
         touched = changes.modified | changes.added
         conflicts: dict[str, tuple[ManagedEntry, set[Path]]] = {}

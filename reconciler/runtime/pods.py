@@ -46,6 +46,7 @@ from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
+from hack import versions
 from reconciler.runtime.base import (
     FIELD_MANAGER,
     ControlPlaneState,
@@ -58,8 +59,9 @@ from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
 
-KUBERNETES_VERSION = "v1.35.4"  # the version pinned in hack/versions.env
-ETCD_IMAGE = "registry.k8s.io/etcd:3.6.6-0"  # kubeadm's etcd for Kubernetes 1.35
+# Pinned in hack/versions.env: the versions built by hack/build-bins.sh and imaged by hack/images.
+KUBERNETES_VERSION = versions.KUBERNETES_VERSION
+ETCD_IMAGE = versions.ETCD_IMAGE
 MANAGED_BY = "app.kubernetes.io/managed-by"
 COMPONENT = "app.kubernetes.io/component"
 OWNER = "kosmos.io/virtualcluster"

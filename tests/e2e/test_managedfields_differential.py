@@ -186,12 +186,39 @@ def test_user_written_managed_fields_are_kept_ignored_reset_or_refused_as_kube_d
     # Decodable but invalid: 422 from ObjectMeta validation.
     both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [
         {**entry, "manager": "m" * 129}]}}, MERGE, fieldManager="m4"))
+    # An entry of an apiVersion the resource does not serve fails the tracking of the write that
+    # brings it: the object is written without managedFields (and stays untracked).
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [
+        entry, {**entry, "manager": "old-writer", "apiVersion": "kosmos.io/v1alpha2"}]}}, MERGE, fieldManager="m4"))
+    elsewhere = manifest("userwritten-v2")
+    elsewhere["metadata"]["managedFields"] = [{**entry, "apiVersion": "kosmos.io/v1beta1"}]
+    created = both(clients, lambda c: c.send("POST", "", elsewhere, fieldManager="creator"))
+    assert "managedFields" not in created["ours"][1]["metadata"]
     # [{}] resets: no entries, and later updates stay untracked.
     both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"managedFields": [{}]}}, MERGE,
                                    fieldManager="m5"))
     out = both(clients, lambda c: c.send("PATCH", f"/{name}", {"spec": {"kubeconfig": "d"}}, MERGE,
                                          fieldManager="m6"))
     assert "managedFields" not in out["ours"][1]["metadata"]
+
+
+def test_empty_labels_annotations_finalizers_and_generate_name_are_dropped_as_kube_drops_them(
+        clients: dict[str, Client]) -> None:
+    """kube-apiserver round-trips a custom resource's metadata through the typed ObjectMeta, which
+    leaves out what is empty: no one owns it, and emptying a map by a patch removes it whole."""
+    name = "empty-meta"
+    body = manifest(name)
+    body["metadata"].update(labels={}, annotations={"a": "b"}, finalizers=[], generateName="")
+    result = both(clients, lambda c: c.send("POST", "", body, fieldManager="creator"))
+    for _, obj in result.values():
+        assert {"labels", "generateName"}.isdisjoint(obj["metadata"]), obj["metadata"]
+    result = both(clients, lambda c: c.send("PATCH", f"/{name}", [{"op": "remove", "path": "/metadata/annotations/a"}],
+                                            JSON_PATCH, fieldManager="remover"))
+    for _, obj in result.values():
+        assert "annotations" not in obj["metadata"], obj["metadata"]
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {"metadata": {"labels": {}}}, MERGE, fieldManager="merger"))
+    both(clients, lambda c: c.send("PATCH", f"/{name}", {**applied(name), "metadata": {
+        "name": name, "namespace": NS, "labels": {}}}, APPLY, fieldManager="applier"))
 
 
 def test_a_field_manager_kube_would_refuse_is_refused_alike(clients: dict[str, Client]) -> None:

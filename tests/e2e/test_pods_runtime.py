@@ -153,7 +153,7 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
         assert spec["automountServiceAccountToken"] is False, key
         assert obj["spec"]["template"]["metadata"]["labels"]["kosmos.io/virtualcluster"] == "alpha", key
     images = {k: pod_spec(v)["containers"][0]["image"] for k, v in workloads.items()}
-    assert images == {"StatefulSet/alpha-etcd": "registry.k8s.io/etcd:3.6.6-0",
+    assert images == {"StatefulSet/alpha-etcd": "quay.io/coreos/etcd:v3.6.16",
                       "Deployment/alpha-apiserver": "registry.k8s.io/kube-apiserver:v1.35.4",
                       "Deployment/alpha-controller-manager": "registry.k8s.io/kube-controller-manager:v1.35.4",
                       "Deployment/alpha-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4"}

@@ -169,6 +169,33 @@ def test_a_keyed_item_the_manager_stops_applying_goes_whole() -> None:
     assert obj["spec"]["promoteResources"] == {"nodeInfos": [{"nodeName": "b"}], "nodes": ["y"]}
 
 
+def test_a_struct_an_entry_holds_itself_stays_with_the_fields_still_applied_in_it() -> None:
+    """An Update entry folded into an Apply entry (Flux's cleanup, kubectl's migration) holds
+    ``spec`` itself (``"."``); applying only some of its fields keeps those and drops the rest, as
+    structured-merge-diff prunes: what any manager owns comes back, what only the entry held goes."""
+    live = stored(vc({"kubeconfig": "a", "externalIps": ["10.0.0.1"], "kubeInKubeConfig": {"apiServerReplicas": 1}}))
+    manager().update(None, live, "kubectl-client-side-apply", now=at(0))
+    folded = live["metadata"]["managedFields"][0]
+    assert folded["fieldsV1"]["f:spec"]["."] == {}
+    live["metadata"]["managedFields"] = [{**folded, "manager": "kustomize-controller", "operation": "Apply"}]
+    obj = manager().apply(live, config({"kubeconfig": "b", "externalIps": ["10.0.0.1"]}), "kustomize-controller",
+                          force=True, now=at(1))
+    assert obj["spec"] == {"kubeconfig": "b", "externalIps": ["10.0.0.1"]}
+    assert entries(obj) == [("kustomize-controller", "Apply", "", {"f:spec": {"f:externalIps": {},
+                                                                              "f:kubeconfig": {}}})]
+
+
+def test_fields_under_a_pruned_struct_that_the_applier_never_held_come_back() -> None:
+    """The applier held ``spec.kubeInKubeConfig.apiServerReplicas``; a field beside it that no one
+    owns (a default) goes with the struct, but a field elsewhere in ``spec`` stays."""
+    live = stored(manager().apply(None, config({"kubeconfig": "a", "kubeInKubeConfig": {"apiServerReplicas": 1}}),
+                                  "one", now=at(0)))
+    live["spec"]["kubeInKubeConfig"]["apiServerServiceType"] = "hostNetwork"  # defaulted, owned by no one
+    live["spec"]["externalIP"] = "10.0.0.9"  # written without tracking
+    obj = manager().apply(live, config({"kubeconfig": "a"}), "one", now=at(1))
+    assert obj["spec"] == {"kubeconfig": "a", "externalIP": "10.0.0.9"}
+
+
 def test_kubectl_is_forgiven_conflicts_with_its_client_side_apply_and_rewrites_the_annotation() -> None:
     """✔ case 29: for kubectl only; the annotation becomes the applied configuration plus a newline."""
     import json
