@@ -617,8 +617,9 @@ class Stack:
             say(f"host cluster    already healthy at {self.host.url}")
         existing = {n for n in self.host.kubectl("get", "nodes", "-o", "name").stdout.split()}
         if len([n for n in existing if n != "node/node-control-plane"]) < nodes:
-            create_fake_nodes(self.host, nodes)
-            say(f"host nodes      {nodes} kwok nodes + 1 control-plane node")
+            # With real nodes, the control-plane node is a real one (tenant control planes run there).
+            create_fake_nodes(self.host, nodes, control_plane=not self.real_nodes)
+            say(f"host nodes      {nodes} kwok nodes" + ("" if self.real_nodes else " + 1 control-plane node"))
         if not self.etcd.healthy():
             self.etcd.stop()
             self.etcd.start()

@@ -15,7 +15,9 @@ PORTS = StackPorts(host_apiserver=36443, host_etcd=32381, host_etcd_peer=32382, 
 
 
 def stack(real_nodes: int = 0) -> Stack:
-    return Stack(LOCAL, PORTS, runtime="process", run_dir=LOCAL / "run", real_nodes=real_nodes)
+    # With real nodes, tenant control planes run as host pods on the real control-plane node, as in production.
+    return Stack(LOCAL, PORTS, runtime="pods" if real_nodes else "process", run_dir=LOCAL / "run",
+                 real_nodes=real_nodes)
 
 
 def up(nodes: int, real_nodes: int) -> None:

@@ -23,7 +23,7 @@ from reconciler.loop.leader import LeaderElector
 from reconciler.loop.workqueue import WorkQueue
 from reconciler.nodes.kwokjoiner import KwokJoiner
 from reconciler.nodes.promoter import NodeJoiner, NodePromoter
-from reconciler.runtime.base import ControlPlaneRuntime
+from reconciler.runtime.base import ControlPlaneRuntime, RuntimeFailure
 from reconciler.runtime.process import ProcessRuntime
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class Manager:
                             log.warning("tearing down the control plane of %s/%s: its VirtualCluster is gone",
                                         namespace, name)
                             await self.runtime.teardown(namespace, name)
-                except (errors.ApiError, HostError, HostUnavailable) as e:
+                except (errors.ApiError, HostError, HostUnavailable, RuntimeFailure) as e:
                     log.warning("orphan control plane check failed: %s", e)
             await asyncio.sleep(JANITOR_PERIOD)
 

@@ -120,8 +120,9 @@ def host_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The real-node lab, once per run: a host with a scheduler and node lifecycle, two kubelet +
     containerd nodes (hack/realnodes.py) with a node agent each, kwok nodes beside them, and
-    vc-apiserver building tenant control planes as processes and promoting nodes through the agents."""
-    stack = Stack(tmp_path_factory.mktemp("real"), StackPorts.free(), runtime="process", real_nodes=2,
+    vc-apiserver building tenant control planes as host pods (the ``pods`` runtime, on the
+    control-plane node) and promoting nodes through the agents."""
+    stack = Stack(tmp_path_factory.mktemp("real"), StackPorts.free(), runtime="pods", real_nodes=2,
                   extra_args=["--leader-elect-lease-duration", "5"])
     try:
         stack.up(nodes=2)

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from hack.harness import LAB_GATEWAY, Stack, binary, free_port, wait_until
+from hack.harness import Stack, binary, free_port, wait_until
 from hack.realnodes import CONTROL_PLANE_ROLE, RealNode, RealNodeLab
+from reconciler.runtime.pods import COMPONENT, OWNER
 from tests.conftest import Kubectl, vc
 from tests.support.promotion import assert_returned, claims, ready_tenant_nodes, tenant, wait_phase
 
@@ -136,11 +137,34 @@ def edge(real_stack: Stack, real_lab: RealNodeLab, tmp_path_factory: pytest.Temp
     worker = real_lab.nodes()[1]
     host = Kubectl(real_stack.kubeconfig, host_namespaces=True)
     ns = host.ensure_namespace("real-promo")
-    # The tenant apiserver listens on the lab bridge, where the node's kubelet can reach it.
-    host.run("create", "-f", "-", input=json.dumps(vc("edge", ns, {
-        "externalIP": LAB_GATEWAY, "promoteResources": {"nodes": [worker.name]}})))
-    wait_phase(host, ns, "edge", "Completed", timeout=180)
+    host.run("create", "-f", "-", input=json.dumps(vc("edge", ns, {"promoteResources": {"nodes": [worker.name]}})))
+    wait_phase(host, ns, "edge", "Completed", timeout=240)
     return Edge(host, ns, tenant(host, ns, "edge", tmp_path_factory.mktemp("edge")), worker)
+
+
+def control_plane_objects(host: Kubectl, namespace: str) -> dict[str, list[dict[str, Any]]]:
+    selector = f"{OWNER}=edge"
+    return {kind: host.json("get", kind, "-n", namespace, "-l", selector)["items"]
+            for kind in ("pods", "services", "secrets", "persistentvolumeclaims", "statefulsets", "deployments")}
+
+
+def test_the_tenant_control_plane_runs_as_real_pods_on_the_control_plane_node(
+        real_lab: RealNodeLab, edge: Edge) -> None:
+    control_plane = real_lab.nodes()[0]
+    objs = control_plane_objects(edge.host, edge.namespace)
+    components = {p["metadata"]["labels"][COMPONENT]: p for p in objs["pods"]}
+    assert set(components) == {"etcd", "apiserver", "controller-manager", "scheduler"}
+    for component, p in components.items():
+        assert p["spec"]["nodeName"] == control_plane.name, component
+        assert p["status"]["phase"] == "Running", component
+        assert all(c["ready"] for c in p["status"]["containerStatuses"]), component
+    [claim] = objs["persistentvolumeclaims"]
+    assert claim["status"]["phase"] == "Bound"  # etcd's data on a local volume of the control-plane node
+    running = control_plane.running_pods()
+    assert {(edge.namespace, p["metadata"]["name"]) for p in objs["pods"]} <= running
+    endpoint = edge.host.json("get", "vc", "edge", "-n", edge.namespace)["status"]["controlPlaneEndpoint"]
+    assert endpoint.startswith(f"https://{control_plane.address}:")  # the node's address, the Service's NodePort
+    assert edge.tenant.run("get", "--raw", "/readyz").stdout == "ok"
 
 
 def test_a_promoted_real_node_is_ready_in_the_tenant_and_runs_its_containers(edge: Edge) -> None:
@@ -192,9 +216,12 @@ def test_tenant_add_ons_resolve_names_and_route_service_addresses(edge: Edge) ->
     assert fetch("http://hello.apps.svc.cluster.local/index.html") == "tenant-page\n"
 
 
-def test_deleting_the_cluster_sends_the_real_node_home(real_stack: Stack, real_lab: RealNodeLab, edge: Edge) -> None:
+def test_deleting_the_cluster_removes_its_pods_and_sends_the_real_node_home(
+        real_stack: Stack, real_lab: RealNodeLab, edge: Edge) -> None:
     host, worker = edge.host, edge.worker
     host.run("delete", "vc", "edge", "-n", edge.namespace, "--timeout=180s", timeout=200)
+    assert control_plane_objects(host, edge.namespace) == {
+        kind: [] for kind in ("pods", "services", "secrets", "persistentvolumeclaims", "statefulsets", "deployments")}
     real_lab.wait_ready(worker.name, 90)
     assert_returned(host, [worker.name])
     assert host.json("get", "node", worker.name)["status"]["nodeInfo"]["containerRuntimeVersion"].startswith(
