@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
-from hack.harness import Stack, StackPorts, fake_node
+from hack.harness import fake_node
+from hack.stack import Stack, StackPorts
 from reconciler.nodes.kwokjoiner import tenant_node
 from reconciler.nodes.promoter import PARALLEL
 from reconciler.nodes.selection import CLAIM_LABEL

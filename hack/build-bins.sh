@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds etcd and etcdctl, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,
 # and the node binaries kubelet, kube-proxy and CoreDNS (with kube-log-runner, the images' go-runner)
-# from the Go module proxy at the versions pinned in hack/versions.env.
+# from the Go module proxy at the versions pinned in reconciler/versions.env.
 # Builds are cached in $VC_CACHE (default ~/.cache/vc-apiserver); .local/bin links to them.
 # A missing binary is built, a present one reused; whatever cannot be built fails the script.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=../reconciler/versions.env
+source "$here/../reconciler/versions.env"
 
 cache=${VC_CACHE:-$HOME/.cache/vc-apiserver}
 links="$repo/.local/bin"

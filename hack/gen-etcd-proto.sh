@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the etcd message classes in apiserver/etcd/pb/ (rpc_pb2, kv_pb2, auth_pb2,
 # version_pb2 and their .pyi stubs) from etcd's own .proto files, at the etcd version pinned in
-# hack/versions.env. Run it after changing ETCD_VERSION or the protoc below; then run
+# reconciler/versions.env. Run it after changing ETCD_VERSION or the protoc below; then run
 # tests/unit/test_etcdpb.py, which pins the bytes the client sends.
 #
 # The .proto files are not kept in this repository: they come from the module go.etcd.io/etcd/api/v3
@@ -31,8 +31,8 @@ GRPCIO_TOOLS_VERSION=1.85.1  # protoc 35.1, Python gencode 7.35.1
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=../reconciler/versions.env
+source "$here/../reconciler/versions.env"
 out="$repo/apiserver/etcd/pb"
 venv=${PROTOC_VENV:-$repo/.local/protoc-venv}
 module=go.etcd.io/etcd/api/v3

@@ -8,7 +8,8 @@ import shutil
 import sys
 import time
 
-from hack.harness import LOCAL, Stack, StackPorts
+from hack.harness import LOCAL
+from hack.stack import Stack, StackPorts
 
 PORTS = StackPorts(host_apiserver=36443, host_etcd=32381, host_etcd_peer=32382, vc_etcd=32379, vc_etcd_peer=32380,
                    vc_apiserver=38443)

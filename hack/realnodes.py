@@ -43,7 +43,6 @@ from pathlib import Path
 import yaml
 
 from certs import pki
-from hack import versions
 from hack.harness import (
     LAB_GATEWAY,
     REPO,
@@ -54,6 +53,7 @@ from hack.harness import (
     wait_until,
     write_kubeconfig,
 )
+from reconciler import versions
 from reconciler.controlplane import addons
 from reconciler.nodeagent import DEFAULT_PORT as AGENT_PORT
 

@@ -15,8 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hack.harness import REPO, ApiServer, Etcd, Pki, Stack, StackPorts, binary, free_port
+from hack.harness import REPO, ApiServer, Etcd, Pki, binary, free_port
 from hack.realnodes import RealNodeLab
+from hack.stack import Stack, StackPorts
 from tests.support import report
 
 EXAMPLES = REPO / "examples"

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hack import versions
 from hack.images import debian, oci
+from reconciler import versions
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -411,7 +411,7 @@ def recipes() -> list[Recipe]:
 def builder_digest() -> str:
     """The recipes and the writers are inputs of every image."""
     h = hashlib.sha256()
-    for f in sorted(HERE.glob("*.py")) + [HERE / "pause.c", REPO / "hack" / "versions.env"]:
+    for f in sorted(HERE.glob("*.py")) + [HERE / "pause.c", REPO / "reconciler" / "versions.env"]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
 

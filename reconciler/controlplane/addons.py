@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import KubeClient
-from hack import versions
+from reconciler import versions
 from reconciler.runtime.base import FIELD_MANAGER
 
 Obj = dict[str, Any]

@@ -46,7 +46,7 @@ from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
-from hack import versions
+from reconciler import versions
 from reconciler.runtime.base import (
     FIELD_MANAGER,
     ControlPlaneState,
@@ -59,7 +59,7 @@ from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
 
-# Pinned in hack/versions.env: the versions built by hack/build-bins.sh and imaged by hack/images.
+# Pinned in reconciler/versions.env: the versions built by hack/build-bins.sh and imaged by hack/images.
 KUBERNETES_VERSION = versions.KUBERNETES_VERSION
 ETCD_IMAGE = versions.ETCD_IMAGE
 MANAGED_BY = "app.kubernetes.io/managed-by"

@@ -36,7 +36,8 @@ import aiohttp
 import pytest
 
 from certs import pki
-from hack.harness import FRONT_PROXY_CLIENT, Stack
+from hack.harness import FRONT_PROXY_CLIENT
+from hack.stack import Stack
 from tests.conftest import Kubectl, vc
 
 pytestmark = pytest.mark.e2e

@@ -25,7 +25,7 @@ import pytest
 from apiserver.apis.resource import VIRTUALCLUSTERS
 from apiserver.storage.keys import KeyLayout
 from certs import pki
-from hack.harness import Stack
+from hack.stack import Stack
 from reconciler.nodes.selection import CLAIM_LABEL
 from tests.conftest import Kubectl, process_stack, tenant_processes, vc
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from certs import pki
-from hack.harness import Stack, write_kubeconfig
+from hack.harness import write_kubeconfig
+from hack.stack import Stack
 from tests.conftest import Kubectl, vc
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hack.harness import Stack, StackPorts
+from hack.stack import Stack, StackPorts
 from tests.conftest import Kubectl, vc
 
 pytestmark = pytest.mark.e2e

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hack import versions
 from hack.images import build as images
+from reconciler import versions
 from tests.support.containerd import Containerd
 
 pytestmark = pytest.mark.e2e

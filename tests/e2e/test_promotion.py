@@ -17,7 +17,8 @@ from cryptography import x509
 
 from certs import pki
 from certs.tenant import TenantPki
-from hack.harness import Stack, fake_node
+from hack.harness import fake_node
+from hack.stack import Stack
 from reconciler.nodes.selection import CLAIM_LABEL
 from tests.conftest import EXAMPLES, Kubectl, process_stack, vc
 from tests.support.promotion import GV, assert_returned, claims, ready_tenant_nodes, tenant, wait_phase

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from hack.harness import Stack, binary, free_port, wait_until
+from hack.harness import binary, free_port, wait_until
 from hack.realnodes import CONTROL_PLANE_ROLE, RealNode, RealNodeLab
+from hack.stack import Stack
 from reconciler.runtime.pods import COMPONENT, OWNER
 from tests.conftest import Kubectl, vc
 from tests.support.promotion import assert_returned, claims, ready_tenant_nodes, tenant, wait_phase

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hack import versions
 from hack.images import build, debian, oci
+from reconciler import versions
 from reconciler.runtime import pods
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,7 +228,7 @@ def test_the_images_carry_the_names_the_manifests_use() -> None:
 def test_the_vc_apiserver_image_gets_what_pip_install_would_install() -> None:
     files = dict(build.project_files())
     assert "apiserver/__main__.py" in files and "reconciler/nodeagent/__main__.py" in files
-    assert "apiservice/deploy/cluster/apiserver.yaml" in files and "hack/versions.env" in files
+    assert "apiservice/deploy/cluster/apiserver.yaml" in files and "reconciler/versions.env" in files
     assert "apiserver/etcd/pb/rpc_pb2.pyi" in files
     assert not any(f.startswith(("tests/", "bench/")) or "__pycache__" in f for f in files)
     pins = build.requirements()

@@ -1,4 +1,5 @@
-"""The versions pinned in ``hack/versions.env`` (the file bash sources), for Python.
+"""The versions pinned in ``reconciler/versions.env`` (the file bash sources), for Python: the
+Kubernetes, etcd and add-on versions tenant control planes run, and what hack/ builds them from.
 
 Only ``KEY=VALUE`` lines are read, as bash would assign them: no expansion, no quotes."""
 

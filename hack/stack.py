@@ -1,0 +1,135 @@
+"""The whole stack: a host, vc-apiserver's dedicated etcd, vc-apiserver registered as an APIService,
+and optionally real nodes. What ``make up`` runs and what the host end-to-end tests start."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hack.harness import BIN, ApiServer, Etcd, HostCluster, Pki, binary, create_fake_nodes, free_port
+from hack.realnodes import RealNodeLab
+
+
+@dataclass
+class StackPorts:
+    host_apiserver: int
+    host_etcd: int
+    host_etcd_peer: int
+    vc_etcd: int
+    vc_etcd_peer: int
+    vc_apiserver: int
+
+    @classmethod
+    def free(cls) -> StackPorts:
+        return cls(*(free_port() for _ in range(6)))
+
+
+@dataclass
+class Stack:
+    """What ``make up`` runs and what the host end-to-end tests start: one definition of both."""
+
+    root: Path
+    ports: StackPorts
+    runtime: str = "process"  # the control-plane runtime of vc-apiserver ("none" to build none)
+    run_dir: Path | None = None
+    extra_args: list[str] = field(default_factory=list)
+    real_nodes: int = 0  # kubelet + containerd nodes besides the kwok ones (hack/realnodes.py); promoted by agents
+    host: HostCluster = field(init=False)
+    etcd: Etcd = field(init=False)
+    api: ApiServer = field(init=False)
+
+    def __post_init__(self) -> None:
+        p = self.ports
+        self.host = HostCluster(self.root / "host", p.host_apiserver, p.host_etcd, p.host_etcd_peer, self.run_dir,
+                                real_nodes=self.real_nodes > 0)
+        pid = (lambda name: self.run_dir / f"{name}.pid") if self.run_dir else (lambda name: None)
+        self.etcd = Etcd(self.root / "data" / "etcd", p.vc_etcd, p.vc_etcd_peer, self.root / "log" / "etcd.log",
+                         pid("etcd"))
+        serving = self.root / "serving"
+        if self.real_nodes:
+            agents = self.agent_certs
+            self.extra_args = [
+                "--node-joiner", "agent", "--node-agent-ca-file", str(agents / "node-agent-ca.crt"),
+                "--node-agent-client-cert-file", str(agents / "node-agent-client.crt"),
+                "--node-agent-client-key-file", str(agents / "node-agent-client.key"), *self.extra_args]
+        args = ["--control-plane-runtime", self.runtime, "--runtime-dir", str(self.root / "tenants"),
+                "--runtime-bin-dir", str(BIN), "--encryption-key-file", str(self.root / "encryption.key"),
+                *self.extra_args]
+        self.api = ApiServer(Pki(serving), self.etcd.url, p.vc_apiserver, self.root / "log" / "vc-apiserver.log",
+                             pid("vc-apiserver"), extra_args=args,
+                             host_kubeconfig=self.root / "host" / "vc-apiserver.kubeconfig",
+                             serving=(serving / "serving.crt", serving / "serving.key"))
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The host admin's kubeconfig: everything reaches vc-apiserver through the aggregator."""
+        return self.host.admin_kubeconfig
+
+    @property
+    def agent_certs(self) -> Path:
+        """The node agents' PKI, as ``python -m apiservice certs --node-joiner agent`` makes it."""
+        return self.root / "agent-pki"
+
+    def lab(self) -> RealNodeLab:
+        return RealNodeLab(self.host, self.root / "nodes", self.real_nodes)
+
+    def up(self, nodes: int = 4, say: Callable[[str], None] = lambda _: None) -> list[str]:
+        """Start what is not healthy; returns the names of what was started."""
+        from apiserver.storage.secrets import generate_key_file
+        from apiservice import install, tls
+        from apiservice.kubectl import Kubectl as InstallKubectl
+
+        started = []
+        if not self.host.healthy():
+            self.host.stop()
+            self.host.start()
+            started.append("host")
+            say(f"host cluster    started at {self.host.url}")
+        else:
+            say(f"host cluster    already healthy at {self.host.url}")
+        existing = {n for n in self.host.kubectl("get", "nodes", "-o", "name").stdout.split()}
+        if len([n for n in existing if n != "node/node-control-plane"]) < nodes:
+            # With real nodes, the control-plane node is a real one (tenant control planes run there).
+            create_fake_nodes(self.host, nodes, control_plane=not self.real_nodes)
+            say(f"host nodes      {nodes} kwok nodes" + ("" if self.real_nodes else " + 1 control-plane node"))
+        if not self.etcd.healthy():
+            self.etcd.stop()
+            self.etcd.start()
+            started.append("etcd")
+            say(f"etcd            started at {self.etcd.url}")
+        else:
+            say(f"etcd            already healthy at {self.etcd.url}")
+        if not (self.root / "encryption.key").exists():
+            generate_key_file(self.root / "encryption.key")
+        tls.ensure_certs(self.root / "serving", local=True)
+        if self.real_nodes:
+            tls.ensure_node_agent(tls.CertDir(self.agent_certs))
+            for node in self.lab().up(say=say):
+                node.start_agent(self.agent_certs)
+        self.host.kubeconfig_for("vc-apiserver")
+        restart = not self.api.ready()
+        if restart:
+            # It waits for its RBAC on the host (applied by the installer below) before serving.
+            self.api.stop()
+            self.api.start(wait=False)
+            started.append("vc-apiserver")
+        install.install(InstallKubectl(str(binary("kubectl")), self.kubeconfig), "local", self.root / "serving",
+                        self.ports.vc_apiserver, None, 90.0, lambda line: say(f"  apiservice: {line}"))
+        self.api.wait_ready(30.0)
+        say(f"vc-apiserver    {'started' if restart else 'already ready'} at {self.api.url} "
+            f"({self.runtime} runtime), registered as APIService v1alpha1.kosmos.io")
+        return started
+
+    def down(self) -> None:
+        if self.real_nodes or (self.root / "nodes").exists():
+            self.lab().down()
+        self.api.stop()
+        for pidfile in (self.root / "tenants").glob("*/*/*.pid"):
+            with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+                os.killpg(int(pidfile.read_text().strip()), signal.SIGKILL)
+        self.etcd.stop()
+        self.host.stop()
