@@ -9,6 +9,7 @@ Images are the ones hack/images.py builds locally; nothing is pulled.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import time
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
-from hack.harness import binary, free_port, wait_until
+from hack.harness import LAB_GATEWAY, binary, free_port, wait_until
 from hack.realnodes import CONTROL_PLANE_ROLE, RealNode, RealNodeLab
 from hack.stack import Stack
 from reconciler.runtime.pods import COMPONENT, OWNER
@@ -237,3 +239,92 @@ def test_deleting_the_cluster_removes_its_pods_and_sends_the_real_node_home(
         running = worker.running_pods()
         return (back, "home") in running and running <= known
     wait_until(only_host_pods, 60, "only the host's pods running on the node", interval=1)
+
+
+# -- faults on the production path: each converges, and the node is never half in two clusters ------------
+
+def kubelet_server(node: RealNode) -> str:
+    return str(yaml.safe_load(node.kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
+
+
+def assert_in_one_cluster(host: Kubectl, t: Kubectl, node: RealNode) -> None:
+    """Where the kubelet's files point is where the node is Ready; the host keeps it claimed meanwhile."""
+    if kubelet_server(node).startswith(f"https://{LAB_GATEWAY}:"):
+        assert node.name not in ready_tenant_nodes(t)
+    else:
+        assert claims(host)[node.name], "a node serving a tenant must stay claimed in the host"
+
+
+@dataclass
+class Faulty:
+    host: Kubectl
+    namespace: str
+    tenant: Kubectl
+    worker: RealNode
+
+
+@pytest.fixture(scope="module")
+def faulty(real_stack: Stack, real_lab: RealNodeLab, tmp_path_factory: pytest.TempPathFactory) -> Faulty:
+    """A cluster promoted while vc-apiserver is killed after the claim and the node agent mid-join."""
+    worker = real_lab.nodes()[1]
+    host = Kubectl(real_stack.kubeconfig, host_namespaces=True)
+    ns = host.ensure_namespace("real-faults")
+    host.run("create", "-f", "-", input=json.dumps(vc("faulty", ns, {"promoteResources": {"nodes": [worker.name]}})))
+    wait_until(lambda: claims(host)[worker.name], 180, "the worker claimed", interval=0.2)
+    real_stack.api.proc.kill()  # vc-apiserver dies with the node claimed, not yet joined
+    real_stack.api.start(timeout=60)
+    wait_until(lambda: not kubelet_server(worker).startswith(f"https://{LAB_GATEWAY}:"), 180,
+               "the agent's join under way", interval=0.05)
+    worker.proc("node-agent").signal(signal.SIGKILL)  # the agent dies mid-join
+    time.sleep(2)
+    worker.start_agent(real_stack.agent_certs)
+    wait_phase(host, ns, "faulty", "Completed", timeout=240)
+    return Faulty(host, ns, tenant(host, ns, "faulty", tmp_path_factory.mktemp("faulty")), worker)
+
+
+def test_promotion_converges_after_vc_apiserver_and_the_agent_die_mid_way(faulty: Faulty) -> None:
+    assert ready_tenant_nodes(faulty.tenant) == [faulty.worker.name]
+    assert_in_one_cluster(faulty.host, faulty.tenant, faulty.worker)
+    [node] = faulty.host.json("get", "vc", "faulty", "-n", faulty.namespace)["status"]["nodes"]
+    assert node == {"name": faulty.worker.name, "phase": "Ready"}
+
+
+def test_a_promoted_kubelet_restarted_comes_back_to_the_tenant(faulty: Faulty) -> None:
+    t, worker = faulty.tenant, faulty.worker
+    t.run("create", "deployment", "keep", "--image", BUSYBOX, "--", "sh", "-c", "exec sleep 3600")
+    t.run("rollout", "status", "deployment/keep", "--timeout=90s", timeout=120)
+    [before] = t.json("get", "pods", "-l", "app=keep")["items"]
+    worker.restart_kubelet()
+    wait_until(lambda: ready_tenant_nodes(t) == [worker.name], 60, "the node Ready in the tenant again")
+    [after] = t.json("get", "pods", "-l", "app=keep")["items"]
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]  # the pod outlived its kubelet's restart
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert_in_one_cluster(faulty.host, t, worker)
+
+
+def test_a_killed_tenant_apiserver_pod_is_replaced_and_the_cluster_is_ready_again(faulty: Faulty) -> None:
+    host, t = faulty.host, faulty.tenant
+    selector = f"{OWNER}=faulty,{COMPONENT}=apiserver"
+    [old] = host.json("get", "pods", "-n", faulty.namespace, "-l", selector)["items"]
+    host.run("delete", "pod", "-n", faulty.namespace, old["metadata"]["name"], "--grace-period=0", "--force")
+    wait_until(lambda: t.run("get", "--raw", "/readyz", check=False).stdout == "ok", 120,
+               "the tenant apiserver answering again", interval=1)
+    wait_phase(host, faulty.namespace, "faulty", "Completed", timeout=120)
+    host.run("wait", "vc/faulty", "-n", faulty.namespace, "--for=condition=Ready", "--timeout=120s", timeout=150)
+    wait_until(lambda: ready_tenant_nodes(t) == [faulty.worker.name], 90, "the node Ready in the tenant")
+    assert_in_one_cluster(host, t, faulty.worker)
+
+
+def test_leaving_converges_after_the_agent_dies_mid_leave(real_stack: Stack, real_lab: RealNodeLab,
+                                                           faulty: Faulty) -> None:
+    host, worker = faulty.host, faulty.worker
+    host.run("delete", "vc", "faulty", "-n", faulty.namespace, "--wait=false")
+    wait_until(lambda: kubelet_server(worker).startswith(f"https://{LAB_GATEWAY}:"), 180,
+               "the agent's leave under way", interval=0.05)
+    worker.proc("node-agent").signal(signal.SIGKILL)  # the agent dies mid-leave
+    time.sleep(2)
+    worker.start_agent(real_stack.agent_certs)
+    host.run("wait", "vc/faulty", "-n", faulty.namespace, "--for=delete", "--timeout=180s", timeout=200)
+    real_lab.wait_ready(worker.name, 90)
+    assert_returned(host, [worker.name])
+    assert kubelet_server(worker) == real_stack.host.url_for_nodes
