@@ -17,6 +17,7 @@ import pytest
 
 from hack.harness import REPO, ApiServer, Etcd, Pki, Stack, StackPorts, binary, free_port
 from tests.support import report
+from tests.support.differential import DifferentialLab
 
 EXAMPLES = REPO / "examples"
 HISTORY = 200  # watch-cache history of the test server: small enough to expire in a test
@@ -113,6 +114,17 @@ def host_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
     finally:
         stack.down()
+
+
+@pytest.fixture(scope="session")
+def differential_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DifferentialLab]:
+    """kube-apiserver serving the CRD generated from our schema, and vc-apiserver (through a host's
+    aggregator too, once asked for): what the differential suites compare."""
+    lab = DifferentialLab(tmp_path_factory.mktemp("differential"))
+    try:
+        yield lab.start()
+    finally:
+        lab.stop()
 
 
 @pytest.fixture(scope="session", params=["direct", "via-host"])
