@@ -76,6 +76,13 @@ def _apiservice(*args: str, timeout: float = 180) -> subprocess.Popen[str]:
 def start_via_aggregator(lab: Lab, ours_etcd_url: str, namespaces: list[str]) -> tuple[Target, Target]:
     """Host up, APIService installed and Available, namespaces created on the host; the Target, and
     the floor's."""
+    via, host = start_aggregated(lab, ours_etcd_url, namespaces)
+    return via, _start_floor(lab, host, via)
+
+
+def start_aggregated(lab: Lab, ours_etcd_url: str, namespaces: list[str]) -> tuple[Target, BareHost]:
+    """Ours through a bare host's aggregator (no floor): the Target, and the host (to create more
+    namespaces on, or stop)."""
     root = lab.root / "host"
     host = BareHost(root, free_port(), free_port(), free_port())
     lab.started.append(host)
@@ -96,8 +103,9 @@ def start_via_aggregator(lab: Lab, ours_etcd_url: str, namespaces: list[str]) ->
     out, err = install.communicate(timeout=180)
     if install.returncode != 0:
         raise RuntimeError(f"python -m apiservice install --mode local failed:\n{out}\n{err}")
-    host.kubectl("apply", "-f", "-", input="\n---\n".join(
-        f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}" for ns in namespaces))
+    if namespaces:
+        host.kubectl("apply", "-f", "-", input="\n---\n".join(
+            f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}" for ns in namespaces))
     target = target_from_kubeconfig(NAME, host.admin_kubeconfig, lab.root, store_of="ours")
     ctx = target.ssl_context()
     wait_until(lambda: http_get(host.url + "/apis/kosmos.io/v1alpha1/virtualclusters?limit=1", ctx)[0] == 200, 60,
@@ -107,7 +115,7 @@ def start_via_aggregator(lab: Lab, ours_etcd_url: str, namespaces: list[str]) ->
                  target.key, target.kubeconfig,
                  {"server": twin.proc.pid or 0, "aggregator": host.procs["kube-apiserver"].pid or 0},
                  store_of="ours")
-    return via, _start_floor(lab, host, via)
+    return via, host
 
 
 def floor_binary() -> Path:

@@ -170,6 +170,7 @@ class Lab:
     namespaces: list[str]
     started: list[Any] = field(default_factory=list)
     etcd_urls: dict[str, str] = field(default_factory=dict)
+    kube: KubeApiServer | None = None  # the baseline, once started (to create more namespaces on)
 
     def _etcd(self, name: str) -> Etcd:
         etcd = Etcd(self.root / name / "etcd", free_port(), free_port(), self.root / "log" / f"{name}-etcd.log")
@@ -192,7 +193,7 @@ class Lab:
                                   {"server": server.proc.pid or 0, "etcd": etcd.proc.pid or 0}))
         if baseline:
             etcd = self._etcd("baseline")
-            kube = KubeApiServer(pki, etcd.url, free_port(), self.root / "log" / "kube-apiserver.log")
+            kube = self.kube = KubeApiServer(pki, etcd.url, free_port(), self.root / "log" / "kube-apiserver.log")
             self.started.append(kube.start())
             kube.install_crd()
             kube.create_namespaces(self.namespaces)

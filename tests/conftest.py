@@ -19,6 +19,7 @@ from hack.harness import REPO, ApiServer, Etcd, Pki, binary, free_port
 from hack.realnodes import RealNodeLab
 from hack.stack import Stack, StackPorts
 from tests.support import report
+from tests.support.differential import DifferentialLab
 
 EXAMPLES = REPO / "examples"
 HISTORY = 200  # watch-cache history of the test server: small enough to expire in a test
@@ -135,6 +136,17 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 @pytest.fixture(scope="session")
 def real_lab(real_stack: Stack) -> RealNodeLab:
     return real_stack.lab()
+
+
+@pytest.fixture(scope="session")
+def differential_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DifferentialLab]:
+    """kube-apiserver serving the CRD generated from our schema, and vc-apiserver (through a host's
+    aggregator too, once asked for): what the differential suites compare."""
+    lab = DifferentialLab(tmp_path_factory.mktemp("differential"))
+    try:
+        yield lab.start()
+    finally:
+        lab.stop()
 
 
 @pytest.fixture(scope="session", params=["direct", "via-host"])

@@ -6,7 +6,8 @@ and its value rules). From that declaration:
 
 * :func:`validate_spec` / :func:`validate_status` load the body through marshmallow and turn the
   error tree into Kubernetes ``StatusCause``\\ s (``spec.promotePolicies[0].nodeCount``,
-  ``FieldValueInvalid``, ``Invalid value: -1: must be greater than or equal to 0``);
+  ``FieldValueInvalid``, ``Invalid value: -1: spec.promotePolicies[0].nodeCount in body should be greater than
+  or equal to 0``, worded as a CRD's schema validation words it);
 * :func:`unknown_fields` lists the paths a strict decoder would reject, :func:`prune_unknown_fields`
   drops them;
 * :mod:`apiserver.endpoints.openapi` walks the same fields to publish OpenAPI v2 and v3.

@@ -1,7 +1,11 @@
-"""Request bodies into objects (k8s.io/apimachinery's JSON serializer with the CRD decoder's
-strictness): JSON that Go's decoder takes, the kind and group-version the URL serves, unknown fields
-pruned by the resource's schema and duplicate fields found, both reported as ``fieldValidation``
-asks (Strict: 400, Warn: warnings, Ignore: nothing)."""
+"""Request bodies into objects, as kube-apiserver's codec for a custom resource decodes them: JSON
+or YAML by the Content-Type, Go's JSON errors word for word, the kind and group-version the URL
+serves, unknown fields pruned by the resource's schema and fields given twice found, both reported
+as ``fieldValidation`` asks (Strict: 400, Warn: warnings, Ignore: nothing).
+
+A body that names another kind of the group is decoded and refused by validation (422), as the
+CRD's validator refuses it; one of another group-version is refused here (400).
+"""
 
 from __future__ import annotations
 
@@ -12,34 +16,69 @@ from typing import Any
 import orjson
 
 from apiserver.apis.resource import ResourceInfo
-from apiserver.machinery import errors
+from apiserver.machinery import errors, gojson, goyaml
+from apiserver.machinery.golang import go_json, go_quote
 from apiserver.machinery.jsonutil import MAX_NESTING_DEPTH, check_nesting
 from apiserver.registry.rest import Obj, Strategy
 
-__all__ = ["Decoder", "find_duplicate_fields", "load_body"]
+__all__ = ["FIND_KIND", "INPUT_MEDIA_TYPES", "Decoder", "duplicate_fields", "input_media", "load_json", "parse_json",
+           "patched_object_error", "summarize"]
+
+JSON, YAML, PROTOBUF = "application/json", "application/yaml", "application/vnd.kubernetes.protobuf"
+INPUT_MEDIA_TYPES = (JSON, YAML, PROTOBUF)  # what kube lists for a CRD's bodies (protobuf decodes none of them)
+FIND_KIND = 'struct { APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }'
+"""The type kube's JSON serializer first reads a body into, to find its kind (``SimpleMetaFactory``)."""
+
+_OBJECT_META_FIELDS = {"name": "string", "generateName": "string", "namespace": "string", "selfLink": "string",
+                       "uid": "types.UID", "resourceVersion": "string", "generation": "int64",
+                       "labels": "map[string]string", "annotations": "map[string]string",
+                       "finalizers": "[]string", "deletionGracePeriodSeconds": "int64"}
 
 
-def load_body(body: bytes) -> Any:
-    """Decode a JSON request body; 400 on anything malformed."""
-    if not body:
-        raise errors.bad_request("the request body is empty")
+def input_media(content_type: str | None, accepted: tuple[str, ...] = INPUT_MEDIA_TYPES) -> str:
+    """The body's media type (parameters ignored, JSON when absent): 415 for one not decoded."""
+    media = (content_type or "").split(";")[0].strip().lower() or JSON
+    if media not in (JSON, YAML):
+        raise errors.unsupported_media_type(media, list(accepted))
+    return media
+
+
+def summarize(data: bytes, limit: int = 30) -> str:
+    """kube's ``summarizeData``: a JSON object's first bytes as text, anything else in hex."""
+    if not data:
+        return "<empty>"
+    if data[:1] == b"{":
+        text = data[:limit].decode("utf-8", "replace")
+        return text + " ..." if len(data) > limit else text
+    return data[:limit].hex() + (" ..." if len(data) > limit else "")
+
+
+def parse_json(body: bytes) -> tuple[Any, str | None]:
+    """(document, None), or (None, Go's syntax error): orjson reads what it can (most bodies, fast);
+    what it refuses is judged by Go's scanner and, when Go takes it, decoded as Go decodes it."""
     try:
-        document = orjson.loads(body)
+        return orjson.loads(body), None
     except orjson.JSONDecodeError:
-        # What Go's decoder takes and orjson does not: integers beyond 64 bits (validation
-        # answers for them) and unpaired surrogate escapes (decoded as U+FFFD, as Go does).
-        # NaN and Infinity are not JSON: refused, as Go does.
-        try:
-            document = json.loads(body, parse_constant=_not_json)
-        except RecursionError:
-            raise errors.bad_request("the body of the request could not be decoded as JSON: exceeded max depth "
-                                     f"of {MAX_NESTING_DEPTH}") from None
-        except (ValueError, UnicodeDecodeError) as e:
-            raise errors.bad_request(f"the body of the request could not be decoded as JSON: {e}") from None
-        check_nesting(document)
-        return _replace_surrogates(document)
-    check_nesting(document, raw=body)
-    return document
+        pass
+    problem = gojson.syntax_error(body)
+    return (None, problem) if problem is not None else (load_json(body), None)
+
+
+def load_json(body: bytes) -> Any:
+    """A document Go's scanner has accepted, decoded as Go decodes it: integers beyond 64 bits kept
+    (validation answers for them), invalid UTF-8 and unpaired surrogate escapes as U+FFFD."""
+    text = body.decode("utf-8", "replace")
+    try:
+        document = json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise errors.bad_request("the body of the request could not be decoded as JSON: exceeded max depth of "
+                                 f"{MAX_NESTING_DEPTH}") from None
+    except ValueError as e:
+        raise errors.bad_request(f"the body of the request could not be decoded as JSON: {e}") from None
+    return _replace_surrogates(document) if _SURROGATE_ESCAPE.search(text) else document
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _not_json(constant: str) -> Any:
@@ -56,22 +95,40 @@ def _replace_surrogates(value: Any) -> Any:
     return value
 
 
-def find_duplicate_fields(body: bytes) -> list[str]:
-    """Duplicate keys in a JSON body (orjson silently keeps the last one)."""
-    dups: list[str] = []
+class _Pairs(list):  # type: ignore[type-arg]
+    """An object's members in order, duplicates kept (to find fields given twice)."""
 
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                dups.append(k)
-            seen.add(k)
-        return dict(pairs)
+
+def duplicate_fields(body: bytes) -> list[str]:
+    """Paths of fields given twice in a JSON body (``spec.kubeconfig``, ``spec.list[0].f``), in order."""
     try:
-        json.loads(body, object_pairs_hook=hook)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        document = json.loads(body, object_pairs_hook=_Pairs)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return []
-    return dups
+    out: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, _Pairs):
+            seen: set[str] = set()
+            for key, value in node:
+                child = f"{path}.{key}" if path else key
+                if key in seen:
+                    out.append(child)
+                seen.add(key)
+                walk(value, child)
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, f"{path}[{i}]")
+    walk(document, "")
+    return out
+
+
+def patched_object_error(patched: Any, detail: str) -> errors.ApiError:
+    """kube's 422 when a patched object does not decode: the whole object, as it encodes it, is the
+    bad value of the field ``patch``."""
+    value = go_quote(go_json(patched, sort_keys=True))
+    cause = errors.Cause(errors.FIELD_VALUE_INVALID, f"Invalid value: {value}: {detail}", "patch")
+    return errors.ApiError(422, "Invalid", f' "" is invalid: patch: {cause.message}', causes=[cause])
 
 
 # ObjectMeta fields Go leaves out when empty (omitempty): kube-apiserver round-trips a custom
@@ -93,44 +150,135 @@ class Decoder:
         self.info = info
         self.strategy = strategy
 
-    def check_type(self, obj: Any) -> Obj:
-        """The body must be this kind in this group-version (kube answers 400 otherwise)."""
-        if not isinstance(obj, dict):
-            raise errors.bad_request("the body of the request must be a JSON object")
-        api_version, kind = obj.get("apiVersion"), obj.get("kind")
-        if not api_version or not kind:
-            raise errors.bad_request("Object 'Kind' is missing in the request body" if not kind
-                                     else "Object 'apiVersion' is missing in the request body")
-        if api_version != self.info.group_version or kind != self.info.kind:
-            raise errors.bad_request(
-                f"the API version in the data ({api_version}) does not match the expected API version "
-                f"({self.info.group_version})" if api_version != self.info.group_version else
-                f"the kind in the data ({kind}) does not match the expected kind ({self.info.kind})")
-        meta = obj.get("metadata")
-        if meta is None:  # absent or null (a patch may remove it)
-            obj["metadata"] = meta = {}
-        if not isinstance(meta, dict):
-            raise errors.bad_request("metadata must be an object")
-        return obj
+    def _unrecognized(self, detail: str, body: bytes) -> errors.ApiError:
+        return errors.bad_request(f"the object provided is unrecognized (must be of type {self.info.kind}): "
+                                  f"{detail} ({summarize(body)})")
 
-    def decode(self, document: Any, field_validation: str, body: bytes | None = None,
-               name: str | None = None, patched: bool = False) -> tuple[Obj, list[str]]:
-        """The object and its fieldValidation warnings. ``body`` is the raw JSON it came from (for
-        duplicate fields); ``name`` the name on the URL, which the object must not contradict (a
-        patched object must not even empty it)."""
-        obj = self.check_type(document)
-        unknown = self.strategy.prune(obj)
-        drop_empty_metadata(obj["metadata"])
+    def _cannot_handle(self, kind: str, version: str, detail: str) -> errors.ApiError:
+        return errors.bad_request(f'{kind} in version "{version}" cannot be handled as a {self.info.kind}: {detail}')
+
+    def read(self, body: bytes, media: str = JSON) -> Any:
+        """The document of a request body: YAML converted to JSON, Go's scanner's and kind-finding
+        errors worded as kube words them."""
+        data = body
+        if media == YAML:
+            try:
+                document = goyaml.to_json_document(body)
+            except goyaml.YAMLError as e:
+                raise self._unrecognized(f"error converting YAML to JSON: {goyaml.yaml_error(e)}", body) from None
+            except TypeError as e:
+                raise self._unrecognized(f"error converting YAML to JSON: {e}", body) from None
+            data = json.dumps(document).encode()
+        else:
+            document, problem = parse_json(body)
+            if problem is not None:
+                raise self._unrecognized(f"couldn't get version/kind; json parse error: {problem}", body)
+        check_nesting(document, raw=data)
+        if document is not None and not isinstance(document, dict):
+            raise self._unrecognized(
+                f"couldn't get version/kind; json parse error: {gojson.type_error(document, FIND_KIND)}", body)
+        for key in ("apiVersion", "kind"):
+            value = (document or {}).get(key)
+            if value is not None and not isinstance(value, str):
+                raise self._unrecognized(f"couldn't get version/kind; json parse error: "
+                                         f"{gojson.type_error(value, 'string', '.' + key)}", body)
+        api_version = (document or {}).get("apiVersion") or ""
+        if api_version.count("/") > 1:
+            raise self._unrecognized(f"unexpected GroupVersion string: {api_version}", body)
+        if not (document or {}).get("kind"):
+            raise self._unrecognized(f"Object 'Kind' is missing in '{body.decode('utf-8', 'replace')}'", body)
+        return document
+
+    def decode(self, document: Obj, field_validation: str, body: bytes | None = None) -> tuple[Obj, list[str]]:
+        """The object and its fieldValidation warnings, from a document :meth:`read` returned.
+        ``body`` is the JSON it came from (for fields given twice)."""
+        obj = document
+        api_version, kind = obj.get("apiVersion") or "", obj["kind"]
+        group, _, version = api_version.rpartition("/")
+        problem = self._metadata_problem(obj)
+        if problem:
+            raise self._cannot_handle(kind, version, problem)
+        problems = [f'duplicate field "{d}"' for d in duplicate_fields(body)] if body is not None else []
+        problems += [f'unknown field "{p}"' for p in self._prune(obj, group, version, kind)]
         warnings: list[str] = []
-        if field_validation != "Ignore":
-            warnings = [f'unknown field "{p}"' for p in unknown]
-            if body is not None:
-                warnings += [f'duplicate field "{d}"' for d in find_duplicate_fields(body)]
-            if warnings and field_validation == "Strict":
-                raise errors.bad_request("strict decoding error: " + ", ".join(warnings))
-        if name is not None:
-            body_name = obj["metadata"].get("name", name if patched else None)
-            if (patched or body_name) and body_name != name:
-                raise errors.bad_request(
-                    f"the name of the object ({body_name}) does not match the name on the URL ({name})")
+        if problems and field_validation == "Strict":
+            raise self._cannot_handle(kind, version, "strict decoding error: " + ", ".join(problems))
+        if field_validation == "Warn":
+            warnings = problems
+        if api_version != self.info.group_version:
+            error = errors.bad_request(f"the API version in the data ({api_version}) does not match the expected "
+                                       f"API version ({self.info.group_version})")
+            error.warnings = warnings  # kube has added them before it compares
+            raise error
+        if obj.get("metadata") is None:
+            obj["metadata"] = {}
+        drop_empty_metadata(obj["metadata"])
         return obj, warnings
+
+    def decode_patched(self, patched: Any, field_validation: str, problems: list[str], name: str) -> tuple[Obj, list[str]]:
+        """A patched state as the object to write: ``problems`` are what strict decoding found in
+        the patch itself (fields given twice). Strict refuses them with what the object has that the
+        schema does not know (422, naming the patched object); Warn returns them as warnings."""
+        kind = patched.get("kind") if isinstance(patched, dict) else None
+        if not isinstance(kind, str) or not kind:
+            raise patched_object_error(patched, f"Object 'Kind' is missing in '{go_json(patched, sort_keys=True)}'")
+        api_version = patched.get("apiVersion") if isinstance(patched.get("apiVersion"), str) else ""
+        group, _, version = api_version.rpartition("/")
+        original = go_json(patched, sort_keys=True)
+        problem = self._metadata_problem(patched)
+        if problem:
+            raise patched_object_error(patched, problem)
+        problems = problems + [f'unknown field "{p}"' for p in self._prune(patched, group, version, kind)]
+        if problems and field_validation == "Strict":
+            cause = errors.Cause(errors.FIELD_VALUE_INVALID, f"Invalid value: {go_quote(original)}: strict decoding "
+                                 "error: " + ", ".join(problems), "patch")
+            raise errors.ApiError(422, "Invalid", f' "" is invalid: patch: {cause.message}', causes=[cause])
+        if patched.get("metadata") is None:
+            patched["metadata"] = {}
+        drop_empty_metadata(patched["metadata"])
+        body_name = patched["metadata"].get("name", "")
+        if body_name != name:
+            raise errors.bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
+        return patched, problems if field_validation == "Warn" else []
+
+    @staticmethod
+    def _metadata_problem(obj: Obj) -> str:
+        """What keeps ObjectMeta from decoding as Go decodes it (``GetObjectMetaWithOptions``), or ""."""
+        meta = obj.get("metadata")
+        if meta is None:
+            return ""
+        if not isinstance(meta, dict):
+            return gojson.type_error(meta, "v1.ObjectMeta")
+        for field, go_type in _OBJECT_META_FIELDS.items():
+            value = meta.get(field)
+            if value is None:
+                continue
+            if go_type in ("string", "types.UID"):
+                wrong = not isinstance(value, str)
+            elif go_type == "int64":
+                wrong = isinstance(value, bool) or not isinstance(value, int | float)
+            elif go_type == "map[string]string":
+                wrong = not isinstance(value, dict)
+                for item in (value.values() if not wrong else ()):
+                    if item is not None and not isinstance(item, str):
+                        return gojson.type_error(item, "string", f"ObjectMeta.{field}")  # Go names no map key
+            else:
+                wrong = not isinstance(value, list)
+                for item in (value if not wrong else ()):
+                    if item is not None and not isinstance(item, str):
+                        return gojson.type_error(item, "string", f"ObjectMeta.{field}")  # nor index
+            if wrong:
+                return gojson.type_error(value, go_type, f"ObjectMeta.{field}")
+        return ""
+
+    def _prune(self, obj: Obj, group: str, version: str, kind: str) -> list[str]:
+        """What the schema does not know, dropped, in kube's order. Only this group's kind is pruned;
+        of a version not served, nothing but apiVersion, kind and metadata is known."""
+        if group != self.info.group or kind != self.info.kind:
+            return []
+        if version != self.info.version:
+            unknown = [k for k in obj if k not in ("apiVersion", "kind", "metadata")]
+            for key in unknown:
+                del obj[key]
+            return unknown
+        return self.strategy.prune(obj)

@@ -8,39 +8,31 @@ by :mod:`apiserver.endpoints.watch`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
-from multidict import CIMultiDict
 
 from apiserver.endpoints import negotiation, patch
-from apiserver.endpoints.decode import Decoder, load_body
+from apiserver.endpoints.decode import INPUT_MEDIA_TYPES, YAML, Decoder, input_media, parse_json
 from apiserver.endpoints.request import (
-    delete_options,
+    delete_options_from_body,
+    delete_options_from_query,
     list_options,
     patch_options,
     request_info,
+    validate_delete_options,
     write_options,
 )
 from apiserver.endpoints.watch import WatchServer
-from apiserver.registry.rest import Obj, Result, WriteOptions
+from apiserver.machinery import errors, goyaml
+from apiserver.machinery.jsonutil import check_nesting
+from apiserver.registry.rest import DeleteOptions, Obj, Result, WriteOptions
 from apiserver.registry.store import Registry
 from apiserver.storage.interface import Entry
 
 __all__ = ["ResourceHandlers"]
-
-
-def _warning_headers(warnings: list[str]) -> CIMultiDict[str]:
-    headers: CIMultiDict[str] = CIMultiDict()
-    for w in warnings:
-        escaped = w.replace("\\", "\\\\").replace('"', '\\"')
-        # Control characters (from field names in the body) cannot go in a header: escape them as Go's %q does.
-        escaped = re.sub("[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", escaped)
-        headers.add("Warning", f'299 - "{escaped}"')
-    return headers
 
 
 class ResourceHandlers:
@@ -89,11 +81,11 @@ class ResourceHandlers:
     def _write_result(self, result: Result, warnings: list[str], target: negotiation.Target,
                       request: web.Request, status: int) -> web.Response:
         return self._render_object(result.obj, target, request.rel_url.query, status,
-                                   _warning_headers(warnings + result.warnings) or None)
+                                   negotiation.warning_headers(warnings + result.warnings) or None)
 
-    async def _body(self, request: web.Request, opts: WriteOptions, name: str | None = None) -> tuple[Obj, list[str]]:
-        raw = await request.read()
-        return self.decoder.decode(load_body(raw), opts.field_validation, raw, name)
+    def _decode(self, raw: bytes, media: str, opts: WriteOptions) -> tuple[Obj, list[str]]:
+        document = self.decoder.read(raw, media)
+        return self.decoder.decode(document, opts.field_validation, raw if media != YAML else None)
 
     # -- collection ------------------------------------------------------------------
 
@@ -101,10 +93,7 @@ class ResourceHandlers:
         namespace = request.match_info.get("namespace")
         query = request.rel_url.query
         target = negotiation.negotiate(request.headers.get("Accept"))
-        info = request_info(request)
-        if info.watch_error is not None:
-            raise info.watch_error
-        watch = info.watch
+        watch = request_info(request).watch
         opts = list_options(request, watch=watch)
         if watch:
             return await self.watches.serve(request, namespace, opts, target)
@@ -114,22 +103,26 @@ class ResourceHandlers:
         return self._render_list([e.obj for e in listed.entries], listed.list_meta(), target, query)
 
     async def create(self, request: web.Request) -> web.Response:
+        """POST to the collection, or to an object's path (a CRD's handler names the object after
+        the body either way). kube's order: Accept (406), Content-Type (415), body size (413), the
+        query's options (400, 422), then the body."""
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
+        media = input_media(request.headers.get("Content-Type"))
+        raw = await request.read()
         opts = write_options(request, "CreateOptions")
-        obj, warnings = await self._body(request, opts)
+        obj, warnings = self._decode(raw, media, opts)
         result = await self.registry.create(request.match_info["namespace"], obj, opts)
         return self._write_result(result, warnings, target, request, 201)
 
     async def delete_collection(self, request: web.Request) -> web.Response:
         namespace = request.match_info.get("namespace")
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
-        opts = write_options(request)
         selection = list_options(request)
         options = await self._delete_options(request)
-        opts.dry_run = opts.dry_run or options.dry_run
-        items = await self.registry.delete_collection(namespace, selection, options, opts)
-        body = {"kind": self.info.list_kind, "apiVersion": self.info.group_version, "metadata": {},
-                "items": items}
+        opts = WriteOptions(dry_run=options.dry_run)
+        items, rv = await self.registry.delete_collection(namespace, selection, options, opts)
+        body = {"kind": self.info.list_kind, "apiVersion": self.info.group_version,
+                "metadata": {"resourceVersion": str(rv)}, "items": items}
         return negotiation.render(body, target)
 
     # -- single object ---------------------------------------------------------------
@@ -144,19 +137,26 @@ class ResourceHandlers:
         return self._render_object(entry.obj, target, query)
 
     async def update(self, request: web.Request) -> web.Response:
+        """PUT. kube's order: Accept (406), body size (413), the query's options (400, 422),
+        Content-Type (415), then the body."""
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
+        raw = await request.read()
         opts = write_options(request, "UpdateOptions")
-        name = request.match_info["name"]
-        obj, warnings = await self._body(request, opts, name)
-        result = await self.registry.update(request.match_info["namespace"], name, obj, opts,
+        media = input_media(request.headers.get("Content-Type"))
+        obj, warnings = self._decode(raw, media, opts)
+        result = await self.registry.update(request.match_info["namespace"], request.match_info["name"], obj, opts,
                                             request.match_info.get("subresource", ""))
         return self._write_result(result, warnings, target, request, 201 if result.created else 200)
 
     async def patch(self, request: web.Request) -> web.Response:
-        target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
+        """PATCH. kube's order: Content-Type (415), Accept (406), body size (413), the query's
+        options (400, 422); a JSON or merge patch's body is read once the object is found."""
         content_type = request.headers.get("Content-Type", "")
-        opts = patch_options(request, patch.media_type(content_type) == patch.APPLY_PATCH)
-        patcher = patch.decode(content_type, await request.read(), strict=opts.field_validation == "Strict")
+        apply = patch.media_type(content_type) == patch.APPLY_PATCH
+        target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
+        raw = await request.read()
+        opts = patch_options(request, apply)
+        patcher = patch.decode(content_type, raw, opts.field_validation)
         name = request.match_info["name"]
         namespace, subresource = request.match_info["namespace"], request.match_info.get("subresource", "")
         warnings: list[str] = []
@@ -164,24 +164,23 @@ class ResourceHandlers:
             def checked(merged: Obj) -> Obj:
                 if patcher.strict_error is not None:
                     raise patcher.strict_error
-                obj, warnings[:] = self.decoder.decode(merged, opts.field_validation, name=name, patched=True)
+                obj, warnings[:] = self.decoder.decode_patched(merged, opts.field_validation, [], name)
                 return obj
             result = await self.registry.apply(namespace, name, patcher.config, opts, subresource, checked)
             return self._write_result(result, warnings, target, request, 201 if result.created else 200)
 
         async def patched(current: Obj) -> Obj:
-            obj, warnings[:] = self.decoder.decode(patcher.apply(current), opts.field_validation, name=name, patched=True)
+            document, problems = patcher.apply(current)
+            obj, warnings[:] = self.decoder.decode_patched(document, opts.field_validation, problems, name)
             return obj
         result = await self.registry.update_with(namespace, name, patched, opts, subresource)
         return self._write_result(result, warnings, target, request, 200)
 
     async def delete(self, request: web.Request) -> web.Response:
         target = negotiation.negotiate(request.headers.get("Accept"), allow_as=False)
-        opts = write_options(request)
         options = await self._delete_options(request)
-        opts.dry_run = opts.dry_run or options.dry_run
         obj, removed = await self.registry.delete(request.match_info["namespace"], request.match_info["name"],
-                                                  options, opts)
+                                                  options, WriteOptions(dry_run=options.dry_run))
         if removed:
             meta = obj["metadata"]
             body = negotiation.success_status({"name": meta["name"], "group": self.info.group,
@@ -189,13 +188,44 @@ class ResourceHandlers:
             return negotiation.render(body, target)
         return negotiation.render(obj, target)
 
-    async def _delete_options(self, request: web.Request) -> Any:
-        body = None
-        if request.can_read_body:
-            raw = await request.read()
-            if raw.strip():
-                body = load_body(raw)
-        return delete_options(body, request.rel_url.query)
+    async def _delete_options(self, request: web.Request) -> DeleteOptions:
+        """DeleteOptions as kube reads them: from a body when there is one (the query is then not
+        read), else from the query; validated (422)."""
+        raw = await request.read() if request.can_read_body else b""
+        if not raw:
+            return validate_delete_options(delete_options_from_query(request.rel_url.query))
+        media = input_media(request.headers.get("Content-Type"), INPUT_MEDIA_TYPES)
+        if media == YAML:
+            try:
+                document = goyaml.to_json_document(raw)
+            except (goyaml.YAMLError, TypeError) as e:
+                raise errors.bad_request(f"error converting YAML to JSON: {goyaml.yaml_error(e)}") from None
+        else:
+            document, problem = parse_json(raw)
+            if problem is not None:
+                raise errors.bad_request(f"couldn't get version/kind; json parse error: {problem}")
+        check_nesting(document, raw=raw)
+        return validate_delete_options(delete_options_from_body(document))
+
+    # -- what a CRD's handler refuses --------------------------------------------------------
+
+    async def nameless(self, request: web.Request) -> web.Response:
+        """PUT or PATCH of the collection: an update names its object (a patch's type is checked first)."""
+        if request.method == "PATCH":
+            patch.media_type(request.headers.get("Content-Type", ""))
+        raise errors.bad_request("name must be provided")
+
+    async def not_supported(self, request: web.Request) -> web.Response:
+        """A verb the status subresource does not serve."""
+        raise errors.method_not_supported(self.info.resource, self.info.group, request_info(request).attributes.verb)
+
+    async def unknown_subresource(self, request: web.Request) -> web.Response:
+        """A subresource the resource does not have: kube answers that the object is not found."""
+        raise errors.not_found(self.info.resource, self.info.group, request.match_info["name"])
+
+    async def not_served(self, request: web.Request) -> web.Response:
+        """A write to the cluster-wide path: served by nothing, as for a namespaced CRD."""
+        raise web.HTTPNotFound()
 
     def end_watches(self, reason: str) -> None:
         """End every open watch stream as a finished response (its handler writes the last chunk)."""

@@ -13,24 +13,15 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 import orjson
-import yaml
 
-from apiserver.machinery import errors
+from apiserver.endpoints.decode import duplicate_fields, parse_json
+from apiserver.machinery import errors, gojson, goyaml
 from apiserver.machinery.jsonutil import check_nesting, merge_patch
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 ACCEPTED = (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
-
-
-class _YAMLLoader(yaml.CSafeLoader):
-    """YAML as sigs.k8s.io/yaml reads it into JSON: timestamps stay strings."""
-
-
-_YAMLLoader.yaml_implicit_resolvers = {
-    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for key, resolvers in yaml.CSafeLoader.yaml_implicit_resolvers.items()}
 
 
 @dataclass(frozen=True)
@@ -43,69 +34,99 @@ class ApplyPatch:
     strict_error: errors.ApiError | None = None
 
 
+MAX_JSON_PATCH_OPERATIONS = 10000  # kube's maxJSONPatchOperations
+_OP_FIELDS = ("op", "path", "from")
+
+
 @dataclass(frozen=True)
 class Patch:
-    """A decoded patch, applied to whichever current state the write meets (maybe more than once)."""
+    """A JSON or merge patch as sent, applied to whichever current state the write meets (maybe
+    more than once). As kube, it is decoded only once the object is found, by the rules of
+    ``fieldValidation``: Warn and Strict decode it strictly (Go's messages, fields given twice
+    noted), Ignore as the patch library does."""
 
     media: str
-    document: Any
+    body: bytes
+    field_validation: str = "Warn"
 
-    def apply(self, current: dict[str, Any]) -> dict[str, Any]:
-        """The patched object: a new one, ``current`` is left as it is."""
+    def apply(self, current: dict[str, Any]) -> tuple[Any, list[str]]:
+        """The patched document (a new one, ``current`` is left as it is) and the fields the patch
+        gives twice (``duplicate field "x"``, for fieldValidation)."""
+        strict = self.field_validation in ("Warn", "Strict")
+        problems: list[str] = []
         if self.media == MERGE_PATCH:
-            result = merge_patch(current, self.document)
-        else:
-            result = _json_patch(current, self.document)
-        if not isinstance(result, dict):
-            raise errors.ApiError(422, "Invalid", "the patch must leave an object at the document root")
-        return result
+            if strict:
+                document, problems = self._strict("map[string]interface {}", dict)
+            else:
+                document = self._lenient()
+                if document is _INVALID:
+                    raise errors.bad_request("Invalid JSON Patch")
+            if document is None:
+                raise errors.bad_request("Invalid JSON Patch")
+            return merge_patch(current, document) if isinstance(document, dict) else document, problems
+        if strict:
+            ops, problems = self._strict("[]handlers.jsonPatchOp", list)
+            problems = [f"json patch {p}" for p in problems]
+            for op in ops or []:
+                if not isinstance(op, dict):
+                    raise errors.bad_request(f"error decoding patch: {gojson.type_error(op, 'handlers.jsonPatchOp')}")
+                for name in _OP_FIELDS:
+                    if op.get(name) is not None and not isinstance(op[name], str):
+                        raise errors.bad_request("error decoding patch: " + gojson.type_error(
+                            op[name], "string", f"jsonPatchOp.{name}"))
+        ops = self._lenient()
+        if ops is _INVALID:
+            raise errors.bad_request(gojson.syntax_error(self.body) or "unexpected end of JSON input")
+        if ops is not None and not isinstance(ops, list):
+            raise errors.bad_request(gojson.type_error(ops, "jsonpatch.Patch"))
+        for op in ops or []:
+            if op is not None and not isinstance(op, dict):
+                raise errors.bad_request(gojson.type_error(op, "jsonpatch.Operation"))
+        if len(ops or []) > MAX_JSON_PATCH_OPERATIONS:
+            raise errors.ApiError(413, "RequestEntityTooLarge", f"Request entity too large: The allowed maximum "
+                                  f"operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {len(ops or [])}")
+        return _json_patch(current, ops or []), problems
+
+    def _strict(self, go_type: str, kind: type) -> tuple[Any, list[str]]:
+        """The patch as kube's strict decoder reads it into ``go_type``: 400 ``error decoding patch``
+        for what does not parse or is not that type; fields given twice returned."""
+        document, problem = parse_json(self.body)
+        if problem is not None:
+            raise errors.bad_request(f"error decoding patch: {problem}")
+        check_nesting(document, "the patch", raw=self.body)
+        if document is not None and not isinstance(document, kind):
+            raise errors.bad_request(f"error decoding patch: {gojson.type_error(document, go_type)}")
+        return document, [f'duplicate field "{d}"' for d in duplicate_fields(self.body)]
+
+    def _lenient(self) -> Any:
+        document, problem = parse_json(self.body)
+        if problem is not None:
+            return _INVALID
+        check_nesting(document, "the patch", raw=self.body)
+        return document
+
+
+_INVALID = object()
 
 
 def media_type(content_type: str) -> str:
-    """The patch's media type (parameters ignored): 415 for a type not served."""
-    media = content_type.split(";")[0].strip().lower()
+    """The patch's media type, as kube reads it (what precedes a ';', as sent): 415 for a type
+    not served."""
+    idx = content_type.find(";")
+    media = content_type[:idx] if idx > 0 else content_type
     if media not in ACCEPTED:
         raise errors.unsupported_media_type(media, list(ACCEPTED))
     return media
 
 
-def decode(content_type: str, body: bytes, strict: bool = False) -> Patch | ApplyPatch:
-    """A patch of the given media type: 415 for a type not served, 400 for a body that is not one.
-    ``strict`` (fieldValidation=Strict): an apply body with a key twice in a map is refused."""
+def decode(content_type: str, body: bytes, field_validation: str = "Warn") -> Patch | ApplyPatch:
+    """A patch of the given media type (415 for a type not served): an apply's body is decoded now
+    (400 for one that is not an object; with Strict, a key twice in a map is refused once the apply
+    has succeeded); a JSON or merge patch once the object is found."""
     media = media_type(content_type)
     if media == APPLY_PATCH:
-        return _decode_apply(body, strict)
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise errors.bad_request(f"error decoding patch: {e}") from None
-    check_nesting(document, "the patch", raw=body)
-    if media == MERGE_PATCH and not isinstance(document, dict):
-        raise errors.bad_request("error decoding patch: a merge patch must be a JSON object")
-    return Patch(media, document)
-
-
-def _duplicate_keys(node: yaml.Node, out: list[str]) -> list[str]:
-    """go-yaml's strict errors: ``line N: key "k" already set in map`` for each repeated key."""
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                if key.value in seen:
-                    out.append(f'line {key.start_mark.line + 1}: key "{key.value}" already set in map')
-                seen.add(key.value)
-            _duplicate_keys(value, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _duplicate_keys(item, out)
-    return out
-
-
-def _yaml_error(e: yaml.YAMLError) -> str:
-    """go-yaml's wording of a syntax error, as near as PyYAML's report allows."""
-    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
-        return f"yaml: line {e.problem_mark.line}: {e.problem}"
-    return f"yaml: {e}"
+        return _decode_apply(body, field_validation == "Strict")
+    return Patch(media, body, field_validation)
 
 
 def _decode_apply(body: bytes, strict: bool = False) -> ApplyPatch:
@@ -116,18 +137,14 @@ def _decode_apply(body: bytes, strict: bool = False) -> ApplyPatch:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
         try:
-            document = yaml.load(body, Loader=_YAMLLoader)  # noqa: S506 - a safe loader
-            document = orjson.loads(orjson.dumps(document))
-        except yaml.YAMLError as e:
-            raise errors.bad_request(f"error decoding YAML: error converting YAML to JSON: {_yaml_error(e)}") \
+            document = goyaml.to_json_document(body)
+        except goyaml.YAMLError as e:
+            raise errors.bad_request(f"error decoding YAML: error converting YAML to JSON: {goyaml.yaml_error(e)}") \
                 from None
         except TypeError as e:
             raise errors.bad_request(f"error decoding YAML: error converting YAML to JSON: {e}") from None
     if strict:
-        try:
-            duplicates = _duplicate_keys(yaml.compose(body, Loader=_YAMLLoader), [])  # noqa: S506
-        except yaml.YAMLError:
-            duplicates = []
+        duplicates = goyaml.duplicate_keys(body)
         if duplicates:
             strict_error = errors.bad_request("error strict decoding YAML: error converting YAML to JSON: yaml: "
                                               "unmarshal errors:\n  " + "\n  ".join(duplicates))
@@ -142,33 +159,16 @@ def _decode_apply(body: bytes, strict: bool = False) -> ApplyPatch:
     return ApplyPatch(document, strict_error)
 
 
-def _json_patch(current: dict[str, Any], document: Any) -> Any:
-    if not isinstance(document, list):
-        raise errors.bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+def _json_patch(current: dict[str, Any], ops: list[Any]) -> Any:
+    """``ops`` applied to a copy of ``current``: whatever goes wrong is kube's generic 422 (the
+    patch library's reason is not given)."""
     try:
-        ops = jsonpatch.JsonPatch(document)
-    except (jsonpatch.InvalidJsonPatch, jsonpointer.JsonPointerException, TypeError, KeyError, ValueError) as e:
-        raise errors.bad_request(f"error decoding patch: {e}") from None
-    try:
-        return ops.apply(current, in_place=False)
-    except jsonpatch.JsonPatchTestFailed:
-        failed = next((op.get("path", "") for op in document if isinstance(op, dict) and op.get("op") == "test"
-                       and not _test_holds(current, op)), "")
-        raise _rejected(f"testing value {failed} failed: test failed") from None
-    except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as e:
-        raise _rejected(str(e)) from None
-    except (jsonpatch.InvalidJsonPatch, TypeError, KeyError, ValueError) as e:
-        raise errors.bad_request(f"error decoding patch: {e}") from None
+        return jsonpatch.JsonPatch(ops).apply(current, in_place=False)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError, KeyError, ValueError,
+            IndexError, AttributeError):
+        raise _rejected() from None
 
 
-def _test_holds(doc: Any, op: dict[str, Any]) -> bool:
-    try:
-        return bool(jsonpointer.resolve_pointer(doc, op.get("path", "")) == op.get("value"))
-    except jsonpointer.JsonPointerException:
-        return False
-
-
-def _rejected(detail: str) -> errors.ApiError:
-    """kube's answer when a JSON patch cannot be applied: 422 with the reason as a cause."""
-    return errors.ApiError(422, "Invalid", "the server rejected our request due to an error in our request",
-                           causes=[errors.Cause(errors.UNEXPECTED_SERVER_RESPONSE, detail)])
+def _rejected() -> errors.ApiError:
+    """kube's answer when a JSON patch cannot be applied: a generic 422 with empty details."""
+    return errors.ApiError(422, "Invalid", "the server rejected our request due to an error in our request")

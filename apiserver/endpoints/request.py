@@ -15,8 +15,8 @@ from aiohttp import web
 
 from apiserver.apis.resource import VIRTUALCLUSTERS
 from apiserver.auth.authn import Attributes
-from apiserver.machinery import errors
-from apiserver.machinery.golang import parse_int64, parse_uint64
+from apiserver.machinery import errors, gojson
+from apiserver.machinery.golang import go_bad_value, go_quote, parse_int64, parse_int_error
 from apiserver.machinery.selectors import (
     DEFAULT_SELECTABLE_FIELDS,
     FieldSelector,
@@ -27,11 +27,11 @@ from apiserver.machinery.validation import validate_field_manager
 from apiserver.registry.fieldmanager import manager_from_user_agent
 from apiserver.registry.rest import DeleteOptions, ListOptions, WriteOptions
 
-__all__ = ["FIELD_VALIDATION", "RequestInfo", "bool_param", "delete_options", "dry_run", "field_validation",
-           "list_options", "request_info", "timeout_seconds", "write_options"]
+__all__ = ["RequestInfo", "delete_options_from_body", "delete_options_from_query", "list_options",
+           "patch_options", "query_bool", "query_int64", "request_info", "timeout_seconds", "validate_delete_options",
+           "write_options"]
 
 MUTATING_METHODS = frozenset(("POST", "PUT", "PATCH", "DELETE"))
-FIELD_VALIDATION = {"strict": "Strict", "warn": "Warn", "ignore": "Ignore"}
 DRY_RUN_ALL = "All"
 RESOURCE_ROUTE_PREFIX = "vc."  # the names the server gives the routes of the resource and its subresources
 
@@ -51,16 +51,25 @@ class RequestInfo:
         return self.watch
 
 
-def bool_param(query: Any, name: str) -> bool | None:
-    """A boolean query parameter; None when absent or empty."""
+def query_bool(query: Any, name: str) -> bool | None:
+    """A boolean query parameter as kube converts one (``Convert_Slice_string_To_bool``): None when
+    absent; "0" and "false" in any case are false, anything else, even empty, is true."""
     value = query.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
-    if value in ("true", "1", "True"):
-        return True
-    if value in ("false", "0", "False"):
-        return False
-    raise errors.bad_request(f'invalid value for {name}: "{value}": must be a boolean')
+    return not (value == "0" or value.lower() == "false")
+
+
+def query_int64(query: Any, name: str) -> int | None:
+    """An integer query parameter (Go's ``strconv.ParseInt``): None when absent, 400 in Go's words
+    when it does not parse."""
+    value = query.get(name)
+    if value is None:
+        return None
+    parsed = parse_int64(value)
+    if parsed is None:
+        raise errors.bad_request(parse_int_error(value))
+    return parsed
 
 
 def _info(request: web.Request) -> RequestInfo:
@@ -78,10 +87,7 @@ def _info(request: web.Request) -> RequestInfo:
     item = "name" in match
     watch, watch_error = False, None
     if method in ("GET", "HEAD"):
-        try:
-            watch = bool(bool_param(query, "watch"))
-        except errors.ApiError as e:
-            watch_error = e
+        watch = bool(query_bool(query, "watch")) and not item  # a get by name is a get, whatever ?watch says
         verb = ("watch" if watch else "get") if item else ("watch" if watch else "list")
     else:
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
@@ -112,89 +118,79 @@ def request_info(request: web.Request) -> RequestInfo:
 
 # -- write options -----------------------------------------------------------------------
 
-def dry_run(values: list[Any]) -> bool:
-    """The one rule for ``dryRun`` (query or DeleteOptions): only ``All`` is a value."""
-    for value in values:
-        if value != DRY_RUN_ALL:
-            raise errors.bad_request(f'dryRun: Unsupported value: "{value}": supported values: "All"')
-    return bool(values)
+DRY_RUN_VALUES = ('"All"',)
+FIELD_VALIDATION_VALUES = ('""', '"Ignore"', '"Strict"', '"Warn"')
 
 
-def field_validation(query: Any) -> str:
-    value = query.get("fieldValidation") or "Warn"
-    normalized = FIELD_VALIDATION.get(value.lower())
-    if normalized is None:
-        raise errors.bad_request(f"fieldValidation must be one of Ignore, Warn, Strict: got {value}")
-    return normalized
+def _dry_run_causes(values: list[Any]) -> list[errors.Cause]:
+    """``ValidateDryRun`` (query or DeleteOptions): only ``All`` is a value."""
+    if all(value == DRY_RUN_ALL for value in values):
+        return []
+    return [errors.Cause(errors.FIELD_VALUE_NOT_SUPPORTED, f"Unsupported value: {go_bad_value(values)}: supported "
+                         f"values: {', '.join(DRY_RUN_VALUES)}", "dryRun")]
 
 
-_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
-          "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
+def _options_causes(query: Any) -> list[errors.Cause]:
+    """What ``ValidateCreateOptions``/``UpdateOptions``/``PatchOptions`` find in every write's query:
+    the fieldManager, dryRun and fieldValidation (exactly Ignore, Warn or Strict)."""
+    causes = validate_field_manager(query.get("fieldManager", ""), "fieldManager")
+    causes += _dry_run_causes(query.getall("dryRun", []))
+    value = query.get("fieldValidation", "")
+    if value not in ("", "Ignore", "Warn", "Strict"):
+        causes.append(errors.Cause(errors.FIELD_VALUE_NOT_SUPPORTED, f"Unsupported value: {go_quote(value)}: "
+                                   f"supported values: {', '.join(FIELD_VALIDATION_VALUES)}", "fieldValidation"))
+    return causes
 
 
 def patch_options(request: web.Request, apply: bool) -> WriteOptions:
     """PatchOptions, checked as ``ValidatePatchOptions``: an apply names its fieldManager; ``force``
     is for applies only (even ``force=false`` on another patch is refused)."""
     query = request.rel_url.query
-    force = query.get("force")
-    parsed = False
-    if force is not None:
-        if force not in _BOOLS:
-            raise errors.bad_request(f'strconv.ParseBool: parsing "{force}": invalid syntax')
-        parsed = _BOOLS[force]
     if apply:
         causes = [] if query.get("fieldManager") else [errors.Cause(
             errors.FIELD_VALUE_REQUIRED, "Required value: is required for apply patch", "fieldManager")]
     else:
-        causes = [] if force is None else [errors.Cause(
+        causes = [] if "force" not in query else [errors.Cause(
             errors.FIELD_VALUE_FORBIDDEN, "Forbidden: may not be specified for non-apply patch", "force")]
-    if causes:
-        raise _invalid_options("PatchOptions", causes)
-    opts = write_options(request, "PatchOptions")
-    opts.force = parsed
+    opts = write_options(request, "PatchOptions", causes)
+    opts.force = bool(query_bool(query, "force"))
     return opts
 
 
-def write_options(request: web.Request, kind: str = "") -> WriteOptions:
-    """A write's options. Given the options ``kind`` (CreateOptions, UpdateOptions, PatchOptions)
-    the fieldManager is checked as kube checks it (422), and when absent the manager is named after
-    the User-Agent (kube's ``managerOrUserAgent``)."""
+def write_options(request: web.Request, kind: str, causes: list[errors.Cause] | None = None) -> WriteOptions:
+    """A write's options (``kind``: CreateOptions, UpdateOptions, PatchOptions), checked as kube
+    checks them (422, every cause at once); a fieldManager left out is named after the User-Agent
+    (kube's ``managerOrUserAgent``)."""
     query = request.rel_url.query
-    opts = WriteOptions(dry_run=dry_run(query.getall("dryRun", [])), field_validation=field_validation(query),
-                        field_manager=query.get("fieldManager", ""))
-    if kind:
-        causes = validate_field_manager(opts.field_manager, "fieldManager")
-        if causes:
-            raise _invalid_options(kind, causes)
-        opts.field_manager = opts.field_manager or manager_from_user_agent(request.headers.get("User-Agent", ""))
-    return opts
+    causes = (causes or []) + _options_causes(query)
+    if causes:
+        raise _invalid_options(kind, causes)
+    manager = query.get("fieldManager", "") or manager_from_user_agent(request.headers.get("User-Agent", ""))
+    return WriteOptions(dry_run=bool(query.getall("dryRun", [])),
+                        field_validation=query.get("fieldValidation") or "Warn", field_manager=manager)
 
 
 # -- list and watch options --------------------------------------------------------------
 
 def _invalid_options(kind: str, causes: list[errors.Cause]) -> errors.ApiError:
-    return errors.ApiError(422, "Invalid", f'{kind}.meta.k8s.io "" is invalid: ' + ", ".join(
-        f"{c.field}: {c.message}" for c in causes), kind=kind, group="meta.k8s.io", causes=causes)
+    return errors.invalid(kind, "meta.k8s.io", "", causes)
 
 
 def list_options(request: web.Request, watch: bool = False,
                  selectable: tuple[str, ...] = DEFAULT_SELECTABLE_FIELDS) -> ListOptions:
-    """ListOptions from the query, validated by kube's rules for list and for watch."""
+    """ListOptions from the query, in kube's order: integers parsed (400), selectors parsed (400),
+    the options validated by kube's rules for list and for watch (422), the field selector's fields
+    checked (400). The resourceVersion and continue token are storage's to judge."""
     query = request.rel_url.query
     info = request_info(request)
     opts = ListOptions()
+    query_int64(query, "timeoutSeconds")
+    limit = query_int64(query, "limit")
+    opts.limit = max(limit or 0, 0)
     if query.get("labelSelector"):
         opts.label_selector = parse_label_selector(query["labelSelector"])
     if info.field_selector_error is not None:
         raise info.field_selector_error
-    if info.field_selector is not None:
-        info.field_selector.check_supported(selectable)
-        opts.field_selector = info.field_selector
-    if query.get("limit"):
-        limit = parse_int64(query["limit"])
-        if limit is None:
-            raise errors.bad_request(f'invalid limit "{query["limit"]}": must be an integer')
-        opts.limit = max(limit, 0)
     opts.continue_token = query.get("continue", "")
     opts.resource_version = query.get("resourceVersion", "")
     opts.resource_version_match = match = query.get("resourceVersionMatch", "")
@@ -206,7 +202,7 @@ def list_options(request: web.Request, watch: bool = False,
 
     def unsupported(fld: str, value: str, supported: str) -> None:
         causes.append(errors.Cause(errors.FIELD_VALUE_NOT_SUPPORTED,
-                                   f'Unsupported value: "{value}": supported values: {supported}', fld))
+                                   f"Unsupported value: {go_quote(value)}: supported values: {supported}", fld))
     if watch:
         if send_initial is not None and match != "NotOlderThan":
             forbid("resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
@@ -216,8 +212,8 @@ def list_options(request: web.Request, watch: bool = False,
                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
             if match != "NotOlderThan":
                 unsupported("resourceVersionMatch", match, '"NotOlderThan"')
-        if bool_param(query, "sendInitialEvents") and not bool_param(query, "allowWatchBookmarks"):
-            forbid("allowWatchBookmarks", "sendInitialEvents requires setting allowWatchBookmarks to true")
+            if opts.continue_token:
+                forbid("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided")
     else:
         if match:
             if not opts.resource_version:
@@ -225,67 +221,89 @@ def list_options(request: web.Request, watch: bool = False,
             if opts.continue_token:
                 forbid("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided")
             if match not in ("Exact", "NotOlderThan"):
-                unsupported("resourceVersionMatch", match, '"Exact", "NotOlderThan"')
+                unsupported("resourceVersionMatch", match, '"Exact", "NotOlderThan", ""')
             if match == "Exact" and opts.resource_version == "0":
                 forbid("resourceVersionMatch", 'resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
         if send_initial is not None:
             forbid("sendInitialEvents", "sendInitialEvents is forbidden for list")
     if causes:
         raise _invalid_options("ListOptions", causes)
-    if opts.continue_token and opts.resource_version not in ("", "0"):
-        raise errors.bad_request("specifying resource version is not allowed when using continue")
-    if opts.resource_version and opts.resource_version != "0" and parse_uint64(opts.resource_version) is None:
-        raise errors.bad_request(f'invalid resource version: "{opts.resource_version}"')
+    if info.field_selector is not None:
+        info.field_selector.check_supported(selectable)
+        opts.field_selector = info.field_selector
     return opts
 
 
 def timeout_seconds(request: web.Request) -> float | None:
     """A watch's ``timeoutSeconds``, or None for the server's default."""
-    raw = request.rel_url.query.get("timeoutSeconds")
-    if not raw:
-        return None
-    seconds = parse_int64(raw)
-    if seconds is None:
-        raise errors.bad_request("timeoutSeconds must be an integer")
-    return float(seconds)
+    seconds = query_int64(request.rel_url.query, "timeoutSeconds")
+    return None if seconds is None else float(seconds)
 
 
 # -- delete options ----------------------------------------------------------------------
 
 PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
+DELETE_OPTIONS_VERSIONS = ("meta.k8s.io/v1", "meta.k8s.io/v1beta1", "v1")  # registered for DeleteOptions
+_DELETE_OPTIONS_FIELDS = {"gracePeriodSeconds": "int64", "propagationPolicy": "v1.DeletionPropagation",
+                          "orphanDependents": "bool", "dryRun": "[]string", "preconditions": "v1.Preconditions",
+                          "kind": "string", "apiVersion": "string"}
 
 
-def delete_options(body: Any, query: Any) -> DeleteOptions:
-    """DeleteOptions from a decoded body (or None) and the query, which wins, as in kube."""
-    options = DeleteOptions()
-    raw: dict[str, Any] = {}
-    if body is not None:
-        if not isinstance(body, dict):
-            raise errors.bad_request("DeleteOptions must be a JSON object")
-        if body.get("kind") not in (None, "DeleteOptions"):
-            raise errors.bad_request(f'expected DeleteOptions, got kind "{body.get("kind")}"')
-        for name, kind, go_type in (("dryRun", list, "[]string"), ("preconditions", dict, "Preconditions")):
-            if body.get(name) is not None and not isinstance(body[name], kind):
-                raise errors.bad_request(f"json: cannot unmarshal {type(body[name]).__name__} into Go struct "
-                                         f"field DeleteOptions.{name} of type {go_type}")
-        raw = body
-        options.dry_run = dry_run(body.get("dryRun") or [])
-        preconditions = body.get("preconditions") or {}
-        options.uid = preconditions.get("uid")
-        options.resource_version = preconditions.get("resourceVersion")
-    policy = query["propagationPolicy"] if "propagationPolicy" in query else raw.get("propagationPolicy")
+def delete_options_from_body(document: Any) -> DeleteOptions:
+    """DeleteOptions from a body's document (syntax already checked), as kube's codec for meta
+    types decodes it: the kind found first, then each field in its Go type. The query is not read."""
+    find_kind = 'struct { APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }'
+    if document is not None and not isinstance(document, dict):
+        raise errors.bad_request("couldn't get version/kind; json parse error: " + gojson.type_error(document, find_kind))
+    body = document or {}
+    for key in ("apiVersion", "kind"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise errors.bad_request("couldn't get version/kind; json parse error: "
+                                     + gojson.type_error(body[key], "string", "." + key))
+    api_version = body.get("apiVersion") or "meta.k8s.io/v1"
+    kind = body.get("kind") or "DeleteOptions"
+    if api_version.count("/") > 1:
+        raise errors.bad_request(f"unexpected GroupVersion string: {api_version}")
+    if kind != "DeleteOptions" or api_version not in DELETE_OPTIONS_VERSIONS:
+        raise errors.bad_request(f'no kind "{kind}" is registered for version "{api_version}" in scheme '
+                                 '"pkg/runtime/scheme.go:111"')
+    for name, go_type in _DELETE_OPTIONS_FIELDS.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        kind_of = {"int64": int | float, "bool": bool, "[]string": list, "v1.Preconditions": dict}.get(go_type, str)
+        if not isinstance(value, kind_of) or (go_type == "int64" and isinstance(value, bool)):
+            raise errors.bad_request(gojson.type_error(value, go_type, f"DeleteOptions.{name}"))
+    options = DeleteOptions(dry_run_values=[v for v in body.get("dryRun") or []])
+    preconditions = body.get("preconditions") or {}
+    for name, go_type in (("uid", "types.UID"), ("resourceVersion", "string")):
+        value = preconditions.get(name)
+        if value is not None and not isinstance(value, str):
+            raise errors.bad_request(gojson.type_error(value, go_type, f"Preconditions.preconditions.{name}"))
+    options.uid = preconditions.get("uid")
+    options.resource_version = preconditions.get("resourceVersion")
+    options.propagation_policy = body.get("propagationPolicy")
+    options.grace_period_seconds = body.get("gracePeriodSeconds")
+    return options
+
+
+def delete_options_from_query(query: Any) -> DeleteOptions:
+    """DeleteOptions from the query (a DELETE without a body): integers as Go parses them."""
+    return DeleteOptions(dry_run_values=list(query.getall("dryRun", [])),
+                         propagation_policy=query.get("propagationPolicy"),
+                         grace_period_seconds=query_int64(query, "gracePeriodSeconds"))
+
+
+def validate_delete_options(options: DeleteOptions) -> DeleteOptions:
+    """``ValidateDeleteOptions`` (422, every cause at once)."""
+    causes = []
+    policy = options.propagation_policy
     if policy is not None and policy not in PROPAGATION_POLICIES:
-        cause = errors.Cause(errors.FIELD_VALUE_NOT_SUPPORTED,
-                             f'Unsupported value: "{policy}": supported values: "Foreground", "Background", '
-                             f'"Orphan"', "propagationPolicy")
-        raise _invalid_options("DeleteOptions", [cause])
-    options.propagation_policy = policy
-    grace: Any = raw.get("gracePeriodSeconds")
-    if "gracePeriodSeconds" in query:
-        grace = parse_int64(query["gracePeriodSeconds"])
-        if grace is None:
-            raise errors.bad_request("gracePeriodSeconds must be an integer")
-    if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
-        raise errors.bad_request("gracePeriodSeconds must be a non-negative integer")
-    options.grace_period_seconds = grace
+        causes.append(errors.Cause(errors.FIELD_VALUE_NOT_SUPPORTED, f"Unsupported value: {go_quote(policy)}: "
+                                   'supported values: "Foreground", "Background", "Orphan", "nil"',
+                                   "propagationPolicy"))
+    causes += _dry_run_causes(options.dry_run_values)
+    if causes:
+        raise _invalid_options("DeleteOptions", causes)
+    options.dry_run = bool(options.dry_run_values)
     return options

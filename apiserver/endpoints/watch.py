@@ -15,7 +15,7 @@ import orjson
 from aiohttp import web
 
 from apiserver.endpoints import negotiation
-from apiserver.endpoints.request import bool_param, timeout_seconds
+from apiserver.endpoints.request import query_bool, timeout_seconds
 from apiserver.machinery import errors
 from apiserver.registry.rest import ListOptions
 from apiserver.registry.store import Registry
@@ -46,8 +46,8 @@ class WatchServer:
     async def serve(self, request: web.Request, namespace: str | None, opts: ListOptions,
                     target: negotiation.Target) -> web.StreamResponse:
         query = request.rel_url.query
-        bookmarks = bool(bool_param(query, "allowWatchBookmarks"))
-        send_initial = bool_param(query, "sendInitialEvents")
+        bookmarks = bool(query_bool(query, "allowWatchBookmarks"))
+        send_initial = query_bool(query, "sendInitialEvents")
         timeout = timeout_seconds(request)
         if timeout is None:
             timeout = float(MIN_REQUEST_TIMEOUT * (1 + random.random()))
@@ -79,7 +79,7 @@ class WatchServer:
         self._watchdog.add(stream)
         try:
             chunk = b"".join(encoder.encode(ev) for ev in backlog)
-            if send_initial and initial_rv is not None:
+            if send_initial and bookmarks and initial_rv is not None:  # kube's isListWatchRequest
                 chunk += encoder.bookmark(initial_rv, {INITIAL_EVENTS_END: "true"})
             if chunk:
                 await stream.write(resp, chunk)

@@ -50,6 +50,7 @@ class ApiError(Exception):
     causes: list[Cause] = field(default_factory=list)
     retry_after: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # Warning headers that go with the failure
 
     def __str__(self) -> str:
         return f"{self.code} {self.reason}: {self.message}"
@@ -107,8 +108,8 @@ CONFLICT_MODIFIED = "the object has been modified; please apply your changes to 
 
 def invalid(kind: str, group: str, name: str, causes: list[Cause]) -> ApiError:
     """422 Invalid, with kube's message: ``Kind.group "name" is invalid: f: msg, ...``."""
-    parts = [f"{c.field}: {c.message}" if c.field else c.message for c in causes]
-    summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+    parts = list(dict.fromkeys(f"{c.field}: {c.message}" if c.field else c.message for c in causes))
+    summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"  # kube's aggregate: each once
     return ApiError(422, "Invalid", f'{_qualified(kind, group)} "{name}" is invalid: {summary}',
                     name=name, group=group, kind=kind, causes=causes)
 
@@ -129,8 +130,7 @@ def not_acceptable(accepted: list[str]) -> ApiError:
 
 
 def request_entity_too_large(limit: int) -> ApiError:
-    return ApiError(413, "RequestEntityTooLarge",
-                    f"the server has received a request that is too large (limit {limit} bytes)")
+    return ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}")
 
 
 def gone(message: str) -> ApiError:
@@ -153,7 +153,7 @@ def service_unavailable(message: str, retry_after: int = 1) -> ApiError:
 def too_large_resource_version(rv: int, current: int | None = None) -> ApiError:
     """kube's 504 for a resourceVersion not reached yet; clients retry it."""
     now = f", current: {current}" if current is not None else ""
-    return ApiError(504, "Timeout", f"Too large resource version: {rv}{now}",
+    return ApiError(504, "Timeout", f"Timeout: Too large resource version: {rv}{now}",
                     causes=[Cause("ResourceVersionTooLarge", "Too large resource version")], retry_after=1)
 
 
@@ -164,6 +164,13 @@ def internal(message: str) -> ApiError:
 def too_many_requests(retry_after: int = 1) -> ApiError:
     return ApiError(429, "TooManyRequests", "Too many requests, please try again later.",
                     retry_after=retry_after, headers={"Retry-After": str(retry_after)})
+
+
+def method_not_supported(resource: str, group: str, verb: str) -> ApiError:
+    """kube's 405 for a verb a resource (or subresource) does not serve."""
+    return ApiError(405, "MethodNotAllowed",
+                    f'{verb} is not supported on resources of kind "{_qualified(resource, group)}"',
+                    group=group, kind=resource)
 
 
 def path_not_found() -> ApiError:

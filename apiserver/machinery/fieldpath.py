@@ -22,10 +22,11 @@ from typing import Any
 
 from marshmallow import Schema, fields
 
-from apiserver.machinery.fields import field_of, list_type, map_type, struct_type
+from apiserver.machinery.fields import Time, field_of, list_type, map_type, struct_type
+from apiserver.machinery.golang import go_float
 
 __all__ = ["ATOMIC", "Comparison", "FieldsV1Error", "Path", "Type", "TypingError", "compare", "ensure_named",
-           "from_fields_v1", "prune", "to_fields_v1", "type_of", "without_prefixes"]
+           "from_fields_v1", "prune", "to_fields_v1", "type_errors", "type_of", "without_prefixes"]
 
 Path = tuple[str, ...]
 
@@ -49,6 +50,7 @@ class Type:
     elem: Type | None = None  # map values, list items
     relationship: str = "atomic"  # list: atomic | set | map; map: granular | atomic
     keys: tuple[str, ...] = ()  # list of relationship map
+    scalar: str = ""  # a scalar's type: string | numeric | boolean; "" accepts any value
 
 
 ATOMIC = Type()
@@ -78,7 +80,97 @@ def _field_type(fld: fields.Field) -> Type:
         value = fld.value_field
         return Type(MAP, elem=_field_type(value) if value is not None else ATOMIC,
                     relationship=map_type(fld))
+    if isinstance(fld, fields.Boolean):
+        return _BOOLEAN
+    if isinstance(fld, fields.Number):
+        return _NUMERIC
+    if isinstance(fld, fields.String | Time):
+        return _STRING
     return ATOMIC
+
+
+_STRING, _NUMERIC, _BOOLEAN = Type(scalar="string"), Type(scalar="numeric"), Type(scalar="boolean")
+
+
+# --------------------------------------------------------------------------- type checks
+
+
+def type_errors(value: Any, t: Type, path: str = "") -> list[str]:
+    """What keeps ``value`` from typing as ``t``, as structured-merge-diff's validating walk words it
+    (``.spec.x: expected string, got &value.valueUnstructured{Value:true}``); null is of any type.
+    Fields a struct does not declare are not reported here (pruning finds them)."""
+    if value is None:
+        return []
+    if t.kind == SCALAR:
+        if t.scalar == "string" and not isinstance(value, str):
+            return [f"{path}: expected string, got {_go_value(value, sharp=True)}"]
+        if t.scalar == "numeric" and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return [f"{path}: expected numeric (int or float), got {_go_type(value)}"]
+        if t.scalar == "boolean" and not isinstance(value, bool):
+            return [f"{path}: expected boolean, got {_go_value(value)}"]
+        return []
+    if t.kind == LIST:
+        if not isinstance(value, list):
+            return [f"{path}: expected list, got {_go_value(value)}"]
+        out = []
+        for i, item in enumerate(value):
+            try:
+                pe = f"[{i}]" if t.relationship == "atomic" else _path_element(_item_element(t, item))
+            except TypingError as e:
+                return [f"{path}: element {i}: {e}"]
+            out += type_errors(item, t.elem or ATOMIC, path + pe)
+        return out
+    if not isinstance(value, dict):
+        return [f"{path}: expected map, got {_go_value(value)}"]
+    out = []
+    for key, item in value.items():
+        sub = t.fields.get(key) if t.kind == STRUCT else t.elem
+        if sub is not None:
+            out += type_errors(item, sub, f"{path}.{key}")
+    return out
+
+
+def _path_element(pe: str) -> str:
+    """A set or keyed-list item's path element as SMD prints it (``[="a"]``, ``[name="a"]``)."""
+    kind, rest = pe[0], pe[2:]
+    if kind == "v":
+        return f"[={rest}]"
+    key = json.loads(rest)
+    return "[" + ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(key.items())) + "]"
+
+
+def _go_type(value: Any) -> str:
+    return {bool: "bool", str: "string", dict: "map[string]interface {}", list: "[]interface {}",
+            float: "float64"}.get(type(value), "int64")
+
+
+def _go_v(value: Any, sharp: bool) -> str:
+    """Go's ``%v`` (or ``%#v``) of a decoded JSON value held in an ``interface{}``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value) if sharp else value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return go_float(value)
+    if isinstance(value, list):
+        items = [_go_v(v, sharp) for v in value]
+        return "[]interface {}{" + ", ".join(items) + "}" if sharp else "[" + " ".join(items) + "]"
+    if isinstance(value, dict):
+        items = sorted(value.items())
+        if sharp:
+            return "map[string]interface {}{" + ", ".join(f"{json.dumps(k)}:{_go_v(v, True)}" for k, v in items) + "}"
+        return "map[" + " ".join(f"{k}:{_go_v(v, False)}" for k, v in items) + "]"
+    return "<nil>"
+
+
+def _go_value(value: Any, sharp: bool = False) -> str:
+    """How SMD prints a ``value.Value`` holding ``value`` (``%v``: ``&{x}``; ``%#v``:
+    ``&value.valueUnstructured{Value:x}``)."""
+    if sharp:
+        return "&value.valueUnstructured{Value:" + _go_v(value, True) + "}"
+    return "&{" + _go_v(value, False) + "}"
 
 
 # --------------------------------------------------------------------------- path elements

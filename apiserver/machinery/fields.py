@@ -19,6 +19,7 @@ from apiserver.machinery.errors import (
     FIELD_VALUE_INVALID,
     FIELD_VALUE_NOT_SUPPORTED,
     FIELD_VALUE_REQUIRED,
+    FIELD_VALUE_TYPE_INVALID,
     Cause,
 )
 from apiserver.machinery.golang import MAX_INT64, MIN_INT64, go_bad_value
@@ -57,12 +58,17 @@ class Problem:
     value: Any = OMIT_VALUE
     supported: tuple[str, ...] = ()
     expected_type: str = ""
+    in_body: str = ""  # a CRD schema's own wording, after "<path> in body "
 
     def cause(self, path: str) -> Cause:
-        """The cause at ``path``, its message rendered by :mod:`apiserver.machinery.validation` as ``ErrorBody`` does."""
+        """The cause at ``path``, its message rendered by :mod:`apiserver.machinery.validation` as ``ErrorBody`` does.
+        Type and bound errors are worded as a CRD's schema validation words them (the JSON type
+        received is the bad value of a ``FieldValueTypeInvalid``)."""
         if self.expected_type:
-            return invalid_value(path, self.value, f"{path} in body must be of type {self.expected_type}: "
-                                                   f"{go_bad_value(self.value)}")
+            return field_error(FIELD_VALUE_TYPE_INVALID, path, self.value,
+                               f"{path} in body must be of type {self.expected_type}: {go_bad_value(self.value)}")
+        if self.in_body:
+            return invalid_value(path, self.value, f"{path} in body {self.in_body}")
         if self.type == FIELD_VALUE_NOT_SUPPORTED:
             return not_supported_value(path, self.value, self.supported)
         if self.type == FIELD_VALUE_DUPLICATE:
@@ -165,11 +171,14 @@ def quantity_errors(value: Any, *, minimum: str = "nonnegative") -> list[str]:
 
 
 class Range(validate.Range):
-    """Inclusive bounds with kube's wording; OpenAPI publishes them as minimum/maximum."""
+    """Inclusive bounds, published as OpenAPI minimum/maximum and worded as a CRD's schema
+    validation words them (the lower bound checked first)."""
 
     def __call__(self, value: Any) -> Any:
-        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-            raise _invalid(value, self.detail())
+        if self.min is not None and value < self.min:
+            raise fail(Problem(FIELD_VALUE_INVALID, value=value, in_body=f"should be greater than or equal to {self.min}"))
+        if self.max is not None and value > self.max:
+            raise fail(Problem(FIELD_VALUE_INVALID, value=value, in_body=f"should be less than or equal to {self.max}"))
         return value
 
     def detail(self) -> str:

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 __all__ = ["MAX_INT64", "MIN_INT64", "byte_len", "go_bad_value", "go_float", "go_json", "go_quote",
-           "parse_int64", "parse_uint64"]
+           "parse_int64", "parse_int_error", "parse_uint64"]
 
 MAX_INT64 = 2**63 - 1
 MIN_INT64 = -(2**63)
@@ -37,9 +37,10 @@ def go_quote(s: str) -> str:
     return "".join(out)
 
 
-def go_json(value: Any) -> str:
-    """Render like Go's ``json.Marshal`` (compact, HTML-escaped, ``None`` → ``null``)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+def go_json(value: Any, sort_keys: bool = False) -> str:
+    """Render like Go's ``json.Marshal`` (compact, HTML-escaped, ``None`` → ``null``); Go sorts a
+    map's keys (``sort_keys``: the value was a map, as a custom resource is)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
@@ -92,6 +93,12 @@ def parse_int64(s: str) -> int | None:
         return None
     n = int(s)
     return n if MIN_INT64 <= n <= MAX_INT64 else None
+
+
+def parse_int_error(s: str) -> str:
+    """Go's ``strconv.ParseInt`` error for a value :func:`parse_int64` does not take."""
+    problem = "value out of range" if _INT.fullmatch(s) else "invalid syntax"
+    return f"strconv.ParseInt: parsing {go_quote(s)}: {problem}"
 
 
 def parse_uint64(s: str, maximum: int = MAX_INT64) -> int | None:

@@ -40,6 +40,7 @@ class DeleteOptions:
     """The DeleteOptions a client sent (body and query), decoded."""
 
     dry_run: bool = False
+    dry_run_values: list[Any] = field(default_factory=list)  # as sent (validated: only "All")
     uid: str | None = None  # preconditions
     resource_version: str | None = None
     propagation_policy: str | None = None
@@ -81,6 +82,16 @@ class Strategy(Protocol):
 
     def prepare_for_status_update(self, new: Obj, old: Obj) -> Obj:
         """Return the object a status write produces: old with only the new status."""
+
+    def warnings_on_create(self, obj: Obj) -> list[str]:
+        """Warnings for a client about a new object that is valid."""
+
+    def warnings_on_update(self, new: Obj, old: Obj) -> list[str]:
+        """Warnings for a client about an update that is valid."""
+
+    def validate_type(self, obj: Obj) -> list[Cause]:
+        """Causes of an object not being this resource's kind and group-version (when there are
+        any, nothing else is judged)."""
 
     def validate(self, obj: Obj) -> list[Cause]:
         """Causes of a new object being invalid."""

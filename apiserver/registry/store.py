@@ -12,12 +12,13 @@ error is translated here into the Status a client sees.
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 from apiserver.machinery import errors, validation
+from apiserver.machinery.fieldpath import type_errors
+from apiserver.machinery.golang import go_bad_value, go_quote, parse_uint64
 from apiserver.machinery.jsonutil import json_copy
 from apiserver.machinery.timefmt import now_rfc3339
 from apiserver.registry.admission import Admission
@@ -34,6 +35,7 @@ from apiserver.registry.rest import (
 )
 from apiserver.registry.storageerrors import to_api_error
 from apiserver.storage.interface import Entry, Event, ListResult, Storage, StorageError, Watch
+from apiserver.storage.versioner import parse_uint_error
 
 __all__ = ["Registry", "generate_name"]
 
@@ -68,11 +70,21 @@ class Registry:
         except StorageError as e:
             raise to_api_error(e, self.info, name) from e
 
-    def _invalid(self, name: str, causes: list[errors.Cause]) -> errors.ApiError:
-        return errors.invalid(self.info.kind, self.info.group, name, causes)
+    def _invalid(self, name: str, causes: list[errors.Cause], obj: Obj | None = None) -> errors.ApiError:
+        """422 naming the object's own kind and group (kube's ``ObjectKinds`` of what was sent)."""
+        kind, group = self.info.kind, self.info.group
+        if obj is not None and isinstance(obj.get("kind"), str):
+            kind = obj["kind"]
+            api_version = obj.get("apiVersion")
+            group = api_version.rpartition("/")[0] if isinstance(api_version, str) else ""
+        return errors.invalid(kind, group, name, causes)
 
     def _conflict(self, name: str, detail: str = errors.CONFLICT_MODIFIED) -> errors.ApiError:
         return errors.conflict(self.info.resource, self.info.group, name, detail)
+
+    def _kube_key(self, namespace: str, name: str) -> str:
+        """The key kube-apiserver would store the object under, as its storage errors name it."""
+        return f"/registry/{self.info.group}/{self.info.resource}/{namespace}/{name}"
 
     # -- reads -----------------------------------------------------------------------
 
@@ -112,6 +124,9 @@ class Registry:
         if not applied:
             self.field_manager.update(None, obj, opts.field_manager)
         meta = obj["metadata"]
+        # A resourceVersion that parses to a revision is refused by storage (kube's etcd3 store).
+        requested_rv = isinstance(meta.get("resourceVersion"), str) and \
+            bool(parse_uint64(meta["resourceVersion"], 2**64 - 1))
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = generate_name(str(meta["generateName"]))
         for system_field in SYSTEM_FIELDS_ON_CREATE:
@@ -119,29 +134,41 @@ class Registry:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
         self.strategy.prepare_for_create(obj)
-        causes = validation.validate_object_meta(meta, namespaced=True) + self.strategy.validate(obj)
+        causes = self.strategy.validate_type(obj) or \
+            validation.validate_object_meta(meta, namespaced=True) + self.strategy.validate(obj)
         if causes:
             name = meta.get("name") or meta.get("generateName") or ""
-            raise self._invalid(name if isinstance(name, str) else "", causes)
+            raise self._invalid(name if isinstance(name, str) else "", causes, obj)
         for plugin in self.admission:
             await plugin.admit_create(self.info, obj)
+        warnings = self.strategy.warnings_on_create(obj)
+        if requested_rv and not opts.dry_run:
+            raise errors.bad_request("resourceVersion should not be set on objects to be created")
         with self._translated(meta["name"]):
-            return Result(await self._writes.create(obj, opts.dry_run), created=True)
+            return Result(await self._writes.create(obj, opts.dry_run), warnings, created=True)
 
     async def update(self, namespace: str, name: str, obj: Obj, opts: WriteOptions,
                      subresource: str = "") -> Result:
-        """Replace the object (PUT): ``obj`` must carry the resourceVersion it was read at."""
+        """Replace the object (PUT): ``obj`` must carry the resourceVersion it was read at, and a uid
+        in it is a precondition."""
         self._check_namespace(obj, namespace)
-        obj["metadata"]["name"] = name
-        rv = obj["metadata"].get("resourceVersion")
-        if not rv:
-            raise self._invalid(name, [errors.Cause(
-                errors.FIELD_VALUE_INVALID,
-                "Invalid value: 0x0: must be specified for an update", "metadata.resourceVersion")])
+        body_name = obj["metadata"].get("name") or ""
+        if body_name != name:
+            raise errors.bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
+        rv = obj["metadata"].get("resourceVersion") or ""
+        valid = parse_uint64(rv, 2**64 - 1) if isinstance(rv, str) else None
 
         async def replace(current: Obj) -> Obj:
+            if rv in ("", "0"):  # kube checks this once it has found the object
+                raise errors.invalid(self.info.resource, self.info.group, name, [errors.Cause(
+                    errors.FIELD_VALUE_INVALID, "Invalid value: 0: must be specified for an update",
+                    "metadata.resourceVersion")])
+            if valid is None:
+                raise errors.bad_request(parse_uint_error(rv))
             return json_copy(obj)
-        return await self._update(namespace, name, replace, opts, subresource, expected_rv=str(rv))
+        uid = obj["metadata"].get("uid") if subresource != "status" else None
+        return await self._update(namespace, name, replace, opts, subresource,
+                                  expected_rv=rv if valid else None, uid=uid or None)
 
     async def update_with(self, namespace: str, name: str, updated: UpdatedObject, opts: WriteOptions,
                           subresource: str = "") -> Result:
@@ -163,9 +190,10 @@ class Registry:
         if isinstance(meta, dict) and meta.get("managedFields") is not None:
             raise errors.bad_request("metadata.managedFields must be nil")
         unknown = self.strategy.prune(json_copy(config))
-        if unknown:  # the configuration does not type-check: kube answers 500 (kubernetes#122480)
+        problems = [f".{path}: field not declared in schema" for path in unknown] + \
+            type_errors(config, self.strategy.field_type)
+        if problems:  # the configuration does not type-check: kube answers 500 (kubernetes#122480)
             meta = meta if isinstance(meta, dict) else {}
-            problems = [f".{path}: field not declared in schema" for path in unknown]
             detail = problems[0] if len(problems) == 1 else "\n".join(["errors:", *(f"  {p}" for p in problems)])
             raise errors.ApiError(500, "", f"failed to create typed patch object ({meta.get('namespace', '')}/"
                                            f"{meta.get('name', '')}; {api_version}, Kind={kind}): {detail}")
@@ -191,8 +219,13 @@ class Registry:
         return await self._update(namespace, name, applied, opts, subresource, tracked=True)
 
     async def _update(self, namespace: str, name: str, updated: UpdatedObject, opts: WriteOptions,
-                      subresource: str, expected_rv: str | None = None, tracked: bool = False) -> Result:
+                      subresource: str, expected_rv: str | None = None, tracked: bool = False,
+                      uid: str | None = None) -> Result:
         async def update(current: Obj) -> Obj:
+            if uid is not None and uid != current["metadata"].get("uid"):  # storage's precondition
+                raise self._conflict(name, f"StorageError: invalid object, Code: 4, Key: {self._kube_key(namespace, name)}"
+                                           f", ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in "
+                                           f"precondition: {uid}, UID in object meta: {current['metadata'].get('uid')}")
             new = await updated(current)
             self._check_namespace(new, namespace)
             new["metadata"]["name"] = name
@@ -208,11 +241,13 @@ class Registry:
                 new["metadata"]["managedFields"] = managed_fields
             if timestamps_only_changed(new, current):
                 new["metadata"]["managedFields"] = current["metadata"]["managedFields"]
+            warnings[:] = self.strategy.warnings_on_update(new, current)
             return new
+        warnings: list[str] = []
         with self._translated(name):
             _, new = await self._writes.guaranteed_update(namespace, name, update, opts.dry_run,
                                                           expected_rv=expected_rv)
-        return Result(new)
+        return Result(new, warnings)
 
     def _prepare_update(self, new: Obj, old: Obj, subresource: str) -> Obj:
         """System fields restored from the stored object, then the strategy's rules, then validation."""
@@ -221,9 +256,11 @@ class Registry:
             causes = self.strategy.validate_status(new)
         else:
             meta, old_meta = new["metadata"], old["metadata"]
-            if meta.get("uid") and meta["uid"] != old_meta.get("uid"):  # a uid in the body is a precondition
-                raise self._conflict(old_meta["name"], f"Precondition failed: UID in precondition: {meta['uid']}, "
-                                                       f"UID in object meta: {old_meta.get('uid')}")
+            causes = []
+            if meta.get("uid") and meta["uid"] != old_meta.get("uid"):  # a patch may not change it
+                causes.append(errors.Cause(errors.FIELD_VALUE_INVALID,
+                                           f"Invalid value: {go_bad_value(meta['uid'])}: field is immutable",
+                                           "metadata.uid"))
             for system_field in SYSTEM_FIELDS_KEPT_ON_UPDATE:
                 if system_field in old_meta:
                     meta[system_field] = old_meta[system_field]
@@ -231,30 +268,38 @@ class Registry:
                     meta.pop(system_field, None)
             meta.pop("selfLink", None)
             self.strategy.prepare_for_update(new, old)
-            causes = validation.validate_object_meta(meta, namespaced=True) + self.strategy.validate_update(new, old)
+            type_causes = self.strategy.validate_type(new)
+            if type_causes:
+                raise self._invalid(old["metadata"]["name"], type_causes, new)
+            causes = validation.validate_object_meta(meta, namespaced=True) + causes + \
+                self.strategy.validate_update(new, old)
             if old_meta.get("deletionTimestamp"):
                 added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
                 if added:
                     causes.append(errors.Cause(
                         errors.FIELD_VALUE_FORBIDDEN,
                         f"Forbidden: no new finalizers can be added if the object is being deleted, "
-                        f"found new finalizers {json.dumps(sorted(added))}", "metadata.finalizers"))
+                        f"found new finalizers []string{{{', '.join(go_quote(f) for f in sorted(added))}}}",
+                        "metadata.finalizers"))
         if causes:
-            raise self._invalid(old["metadata"]["name"], causes)
+            raise self._invalid(old["metadata"]["name"], causes, new)
         return new
 
     async def delete(self, namespace: str, name: str, options: DeleteOptions, opts: WriteOptions) -> tuple[Obj, bool]:
         """Delete, or mark for deletion while finalizers remain. Returns (object, removed-now)."""
 
         def check(current: Obj) -> None:
+            """DeleteOptions' preconditions, worded as kube's ``BeforeDelete`` words them."""
             meta = current["metadata"]
-            if options.uid and options.uid != meta.get("uid"):
-                raise self._conflict(name, f"Precondition failed: UID in precondition: {options.uid}, "
-                                           f"UID in object meta: {meta.get('uid')}")
-            if options.resource_version and options.resource_version != meta.get("resourceVersion"):
-                raise self._conflict(name, f"Precondition failed: ResourceVersion in precondition: "
-                                           f"{options.resource_version}, ResourceVersion in object meta: "
-                                           f"{meta.get('resourceVersion')}")
+            if options.uid is not None and options.uid != meta.get("uid"):
+                raise errors.conflict(self.info.kind, self.info.group, name, (
+                    f"the UID in the precondition ({options.uid}) does not match the UID in record "
+                    f"({meta.get('uid')}). The object might have been deleted and then recreated"))
+            if options.resource_version is not None and options.resource_version != meta.get("resourceVersion"):
+                raise errors.conflict(self.info.kind, self.info.group, name, (
+                    f"the ResourceVersion in the precondition ({options.resource_version}) does not match the "
+                    f"ResourceVersion in record ({meta.get('resourceVersion')}). The object might have been "
+                    "modified"))
 
         async def mark(obj: Obj) -> Obj:
             check(obj)
@@ -278,7 +323,8 @@ class Registry:
             return await self._writes.delete(namespace, name, opts.dry_run, precondition=check), True
 
     async def delete_collection(self, namespace: str | None, list_opts: ListOptions, options: DeleteOptions,
-                                opts: WriteOptions) -> list[Obj]:
+                                opts: WriteOptions) -> tuple[list[Obj], int]:
+        """The objects deleted (or marked), and the revision of the list they were found in."""
         listed = await self.list(namespace, ListOptions(list_opts.label_selector, list_opts.field_selector))
         out = []
         for entry in listed.entries:
@@ -289,4 +335,4 @@ class Registry:
                     continue
                 raise
             out.append(obj)
-        return out
+        return out, listed.resource_version

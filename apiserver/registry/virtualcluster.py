@@ -9,7 +9,7 @@ from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER, VIRTUALCLUSTERS
 from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
 from apiserver.machinery.fieldpath import type_of
-from apiserver.machinery.golang import go_bad_value
+from apiserver.machinery.golang import go_bad_value, go_quote
 from apiserver.machinery.jsonutil import json_copy
 from apiserver.machinery.timefmt import age
 from apiserver.registry.rest import Column
@@ -32,6 +32,24 @@ def desired_nodes(obj: Obj) -> int:
 
 def ready_nodes(obj: Obj) -> int:
     return sum(1 for n in (obj.get("status") or {}).get("nodes") or [] if n.get("phase") == "Ready")
+
+
+STANDARD_FINALIZERS = ("orphan", "foregroundDeletion", "kubernetes")
+
+
+def _finalizer_warnings(new: Obj, old: Obj | None) -> list[str]:
+    """A CRD's warnings for finalizers a write adds without a domain (``validateKubeFinalizerName``)."""
+    added = set(new["metadata"].get("finalizers") or [])
+    if old is not None:
+        added -= set(old["metadata"].get("finalizers") or [])
+    out = []
+    for name in sorted(f for f in added if isinstance(f, str)):
+        if "/" in name or name in STANDARD_FINALIZERS:
+            continue
+        path = " including a path (/)" if "." in name else ""
+        out.append(f"metadata.finalizers: {go_quote(name)}: prefer a domain-qualified finalizer name{path} to avoid "
+                   "accidental conflicts with other finalizer writers")
+    return out
 
 
 class VirtualClusterStrategy:
@@ -76,6 +94,24 @@ class VirtualClusterStrategy:
             out["status"] = new["status"]
         return out
 
+    def warnings_on_create(self, obj: Obj) -> list[str]:
+        return _finalizer_warnings(obj, None)
+
+    def warnings_on_update(self, new: Obj, old: Obj) -> list[str]:
+        return _finalizer_warnings(new, old)
+
+    def validate_type(self, obj: Obj) -> list[Cause]:
+        """The CRD validator's ``ValidateTypeMeta``: this kind in this group-version, or nothing else
+        is judged."""
+        causes = []
+        if obj.get("kind") != self.info.kind:
+            causes.append(Cause(FIELD_VALUE_INVALID, f"Invalid value: {go_bad_value(obj.get('kind'))}: must be "
+                                                     f"{self.info.kind}", "kind"))
+        if obj.get("apiVersion") != self.info.group_version:
+            causes.append(Cause(FIELD_VALUE_INVALID, f"Invalid value: {go_bad_value(obj.get('apiVersion'))}: must be "
+                                                     f"{self.info.group_version}", "apiVersion"))
+        return causes
+
     def validate(self, obj: Obj) -> list[Cause]:
         return schema.validate_spec(obj.get("spec")) + schema.validate_status(obj.get("status"))
 
@@ -106,11 +142,13 @@ class VirtualClusterStrategy:
         meta = obj.get("metadata") or {}
         status = obj.get("status") or {}
         ready = find_condition(status.get("conditions"), "Ready")
+        # A value the object does not have is a null cell, as a CRD's printer column gives it
+        # (kubectl prints <none>).
         return [
             meta.get("name", ""),
-            status.get("phase", ""),
-            ready.get("status", "") if ready else "",
+            status.get("phase"),
+            ready.get("status") if ready else None,
             f"{ready_nodes(obj)}/{desired_nodes(obj)}",
             age(meta.get("creationTimestamp")),
-            status.get("controlPlaneEndpoint", ""),
+            status.get("controlPlaneEndpoint"),
         ]

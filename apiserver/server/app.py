@@ -118,15 +118,25 @@ def build_app(state: ServerState) -> web.Application:
     item = ns_collection + "/{name}"
     # One resource per path, the object itself first: aiohttp tries the resources under a common
     # prefix in registration order, one regular expression each, and a get by name is most requests.
+    # The verbs are kube-apiserver's for a CRD: a POST to an object's path creates from the body, PUT
+    # and PATCH of the collection lack a name, the status subresource refuses create and delete, an
+    # unknown subresource is the object not found, and the cluster-wide path serves list and watch only.
     for path, name, methods in (
         (item, "vc.item", {"GET": handlers.get, "PUT": handlers.update, "PATCH": handlers.patch,
-                           "DELETE": handlers.delete}),
+                           "DELETE": handlers.delete, "POST": handlers.create}),
         (ns_collection, "vc.collection", {"GET": handlers.list_or_watch, "POST": handlers.create,
-                                          "DELETE": handlers.delete_collection}),
+                                          "DELETE": handlers.delete_collection, "PUT": handlers.nameless,
+                                          "PATCH": handlers.nameless}),
         (item + "/{subresource:status}", "vc.subresource", {"GET": handlers.get, "PUT": handlers.update,
-                                                            "PATCH": handlers.patch}),
+                                                            "PATCH": handlers.patch,
+                                                            "POST": handlers.not_supported,
+                                                            "DELETE": handlers.not_supported}),
         (item + "/{subresource:kubeconfig}", "vc.subresource.kubeconfig", {"GET": kubeconfig.handle}),
-        (GV_PATH + "/virtualclusters", "vc.all", {"GET": handlers.list_or_watch}),
+        (item + "/{subresource}", "vc.subresource.unknown", {method: handlers.unknown_subresource for method in
+                                                            ("GET", "PUT", "PATCH", "POST", "DELETE")}),
+        (GV_PATH + "/virtualclusters", "vc.all", {"GET": handlers.list_or_watch, "POST": handlers.not_served,
+                                                  "PUT": handlers.not_served, "PATCH": handlers.not_served,
+                                                  "DELETE": handlers.not_served}),
     ):
         resource = app.router.add_resource(path, name=name)
         for method, handler in methods.items():

@@ -12,42 +12,53 @@ from typing import Any
 
 from aiohttp import web
 
+from apiserver.apis.resource import VIRTUALCLUSTERS
 from apiserver.auth.authn import ANONYMOUS_USER, Authenticator, Authorizer, forbidden_message, is_health_path
 from apiserver.endpoints import negotiation as wire
 from apiserver.endpoints.request import request_info
 from apiserver.machinery import errors
 from apiserver.server.metrics import Metrics
 
-__all__ = ["MAX_BODY", "auth_middleware", "error_middleware", "inflight_middleware", "metrics_middleware"]
+__all__ = ["MAX_BODY", "PLAIN_NOT_FOUND_PREFIX", "auth_middleware", "error_middleware", "inflight_middleware",
+           "metrics_middleware"]
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
+# Under the served group-version, a path nothing serves is answered as kube-apiserver answers it for a
+# CRD's group-version: Go's plain-text "404 page not found" (its NotFound handler), not a Status.
+PLAIN_NOT_FOUND_PREFIX = f"/apis/{VIRTUALCLUSTERS.group_version}/"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure leaves as a Status body; tracebacks go to the log only."""
+    """Every failure leaves as a Status body, in the media type the client accepts; tracebacks go
+    to the log only."""
     try:
         return await handler(request)
     except errors.ApiError as e:
-        return wire.status_response(e)
+        return wire.status_response(e, request.headers.get("Accept"))
     except web.HTTPRequestEntityTooLarge:
-        return wire.status_response(errors.request_entity_too_large(MAX_BODY))
+        return wire.status_response(errors.request_entity_too_large(MAX_BODY), request.headers.get("Accept"))
     except web.HTTPNotFound:
-        return wire.status_response(errors.path_not_found())
+        if request.path.startswith(PLAIN_NOT_FOUND_PREFIX):
+            return web.Response(status=404, text="404 page not found\n", content_type="text/plain",
+                                charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
+        return wire.status_response(errors.path_not_found(), request.headers.get("Accept"))
     except web.HTTPMethodNotAllowed as e:
         return wire.status_response(errors.ApiError(
             405, "MethodNotAllowed", f"the server does not allow this method on the requested resource "
-                                     f"({e.method} {request.path})"))
+                                     f"({e.method} {request.path})"), request.headers.get("Accept"))
     except web.HTTPException as e:
-        return wire.status_response(errors.ApiError(e.status, e.reason or "Unknown", e.text or e.reason))
+        return wire.status_response(errors.ApiError(e.status, e.reason or "Unknown", e.text or e.reason),
+                                    request.headers.get("Accept"))
     except asyncio.CancelledError:
         raise
     except Exception as e:
         log.exception("internal error serving %s %s", request.method, request.path_qs)
-        return wire.status_response(errors.internal(f"{type(e).__name__} while serving the request"))
+        return wire.status_response(errors.internal(f"{type(e).__name__} while serving the request"),
+                                    request.headers.get("Accept"))
 
 
 def metrics_middleware(metrics: Metrics) -> Callable[..., Any]:

@@ -86,6 +86,7 @@ class Watcher:
     queue: EventQueue = field(init=False)
     closed_reason: str = ""
     next_bookmark: float = 0.0
+    after_rv: int = 0  # events at or below this revision are not this watcher's (a watch from a future one)
     on_stop: Callable[[Watcher], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -112,7 +113,7 @@ class Watcher:
         return event if seen == event.type else Event(seen, event.rv, event.entry, event.prev)
 
     def offer(self, event: Event) -> None:
-        if self.closed_reason:
+        if self.closed_reason or (event.type != BOOKMARK and event.rv <= self.after_rv):
             return
         seen = self.translate(event)
         if seen is None:
@@ -459,10 +460,12 @@ class WatchCache:
 
     def watch_from(self, rv: int, namespace: str | None, predicate: Predicate,
                    bookmarks: bool) -> tuple[Watcher, list[Event]]:
-        """Register a watcher resuming after ``rv``; the returned backlog comes first."""
+        """Register a watcher resuming after ``rv`` (which may be ahead of the cache); the returned
+        backlog comes first."""
         if rv < self._history_start:
             raise StorageError(StorageError.EXPIRED, f"too old resource version: {rv} ({self._history_start})")
         watcher = self._new_watcher(namespace, predicate, bookmarks)
+        watcher.after_rv = rv  # a revision not reached yet: its events, and nothing before, come when they do
         backlog: list[Event] = []
         index = bisect.bisect_right([e.rv for e in self._history], rv) if self._history else 0
         for i in range(index, len(self._history)):

@@ -27,7 +27,7 @@ from apiserver.storage.interface import (
     StorageError,
     UpdateFn,
 )
-from apiserver.storage.versioner import parse_resource_version
+from apiserver.storage.versioner import parse_resource_version, validate_list_options
 
 __all__ = ["CachedStore"]
 
@@ -43,6 +43,7 @@ class CachedStore:
 
     async def get(self, namespace: str, name: str, resource_version: str = "") -> Entry:
         cache = self.cache
+        parse_resource_version(resource_version)
         if not cache.ready:
             return await self.store.get(namespace, name)
         if resource_version != "0":
@@ -60,9 +61,11 @@ class CachedStore:
     async def list(self, namespace: str | None, opts: ListOptions) -> ListResult:
         cache = self.cache
         predicate = opts.predicate()
-        if opts.continue_token:
-            rv, after = start_after(self.layout, namespace, opts.continue_token)
-            if cache.ready and rv <= cache.rv and (snapshot := cache.entries_at(rv, namespace, after)) is not None:
+        rv, start = validate_list_options(opts)
+        if start is not None:
+            after = start_after(self.layout, namespace, start)
+            if rv and cache.ready and rv <= cache.rv and \
+                    (snapshot := cache.entries_at(rv, namespace, after)) is not None:
                 return self._page(snapshot, rv, namespace, opts, predicate)
             return await self.store.list(namespace, opts)
         if opts.resource_version_match == "Exact":
@@ -113,7 +116,7 @@ class CachedStore:
                     send_initial_events: bool | None) -> tuple[Watcher, list[Event], int | None]:
         """Register a watcher. Returns it, its backlog, and the revision of the initial state when
         the client asked for initial events (else None). A resourceVersion the cache has not reached
-        is waited for (FUTURE_REVISION when not in time); one older than its history is EXPIRED."""
+        yet gives a watch that waits for it; one older than its history is EXPIRED."""
         cache = self.cache
         predicate = opts.predicate()
         rv_text = opts.resource_version
@@ -122,9 +125,7 @@ class CachedStore:
         if rv_text in ("", "0"):
             watcher, backlog = cache.watch_from(cache.rv, namespace, predicate, bookmarks)
             return watcher, backlog, None
-        rv = parse_resource_version(rv_text)
-        if opts.resource_version_match != "NotOlderThan":
-            await cache.wait_fresh(rv)
+        rv = parse_resource_version(rv_text)  # not waited for, as kube does not: its events come when they do
         watcher, backlog = cache.watch_from(rv, namespace, predicate, bookmarks)
         return watcher, backlog, None
 

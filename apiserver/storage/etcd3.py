@@ -13,11 +13,12 @@ from collections.abc import Callable
 from apiserver.apis.resource import ResourceInfo
 from apiserver.etcd.client import EtcdClient, EtcdCompacted, EtcdError, prefix_end
 from apiserver.etcd.messages import compare_absent, compare_mod_revision, op_delete, op_put
+from apiserver.machinery.golang import MAX_INT64
 from apiserver.storage.codec import decode_entry, encode, from_etcd, same, with_rv
 from apiserver.storage.continuation import continue_after, start_after
 from apiserver.storage.interface import Entry, ListOptions, ListResult, Obj, Predicate, StorageError, UpdateFn
 from apiserver.storage.keys import KeyLayout
-from apiserver.storage.versioner import parse_resource_version
+from apiserver.storage.versioner import parse_resource_version, validate_list_options
 
 __all__ = ["MAX_CONFLICT_RETRIES", "Store"]
 
@@ -129,8 +130,9 @@ class Store:
         ``resourceVersionMatch=Exact``, else at the current one (which must not be older than a
         given ``resourceVersion``)."""
         predicate = opts.predicate()
-        if opts.continue_token:
-            rv, after = start_after(self.layout, namespace, opts.continue_token)
+        continue_rv, start = validate_list_options(opts)
+        if start is not None:
+            rv, after = continue_rv, start_after(self.layout, namespace, start)
             try:
                 return await self._list_at(namespace, opts, predicate, rv, after)
             except StorageError as e:
@@ -140,8 +142,17 @@ class Store:
                 raise StorageError(StorageError.INVALID,
                                    f"continue key is not valid: resource version {rv} is in the future") from None
         if opts.resource_version_match == "Exact":
-            return await self._list_at(namespace, opts, predicate, parse_resource_version(opts.resource_version),
-                                       None)
+            wanted = parse_resource_version(opts.resource_version)
+            try:
+                if wanted > MAX_INT64:  # beyond any etcd revision
+                    raise StorageError(StorageError.FUTURE_REVISION, f"Too large resource version: {wanted}")
+                return await self._list_at(namespace, opts, predicate, wanted, None)
+            except StorageError as e:
+                if e.code != StorageError.FUTURE_REVISION:
+                    raise
+                current = await self.etcd.current_revision(self.layout.namespace_prefix(namespace))
+                raise StorageError(StorageError.FUTURE_REVISION, f"Too large resource version: {wanted}",
+                                   revision=wanted, current=current) from None
         result = await self._list_at(namespace, opts, predicate, 0, None)
         if opts.resource_version not in ("", "0"):
             wanted = parse_resource_version(opts.resource_version)

@@ -212,7 +212,7 @@ async def test_duplicate_keys_follow_field_validation(http: aiohttp.ClientSessio
         return (b'{"apiVersion":"kosmos.io/v1alpha1","kind":"VirtualCluster","metadata":{"name":"first","name":"'
                 + name.encode() + b'"},"spec":{"externalIP":"192.0.2.1","externalIP":"192.0.2.2"}}')
     code, status = await call(http, "POST", collection(ns), body("strict"), params={"fieldValidation": "Strict"})
-    assert code == 400 and 'duplicate field "name"' in status["message"]
+    assert code == 400 and 'duplicate field "metadata.name", duplicate field "spec.externalIP"' in status["message"]
     for mode in ("Warn", "Ignore"):
         async with http.post(collection(ns), data=body(mode.lower()), params={"fieldValidation": mode},
                              headers={"Content-Type": "application/json"}) as resp:

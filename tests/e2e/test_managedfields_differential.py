@@ -8,64 +8,22 @@ create) are outside managedFields: no one owns them."""
 from __future__ import annotations
 
 import json
-import ssl
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.servers import Lab, Target
+from tests.support.differential import BASELINE, OURS, Client, DifferentialLab
 
 NS = "mf"
-API = f"/apis/kosmos.io/v1alpha1/namespaces/{NS}/virtualclusters"
 MERGE, JSON_PATCH = "application/merge-patch+json", "application/json-patch+json"
 Obj = dict[str, Any]
 
 
-class Client:
-    def __init__(self, target: Target) -> None:
-        self.url = target.url
-        self.ctx: ssl.SSLContext = target.ssl_context()
-
-    def send(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-             user_agent: str = "differential-test/1.0", **query: str) -> tuple[int, Obj]:
-        qs = "&".join(f"{k}={v}" for k, v in query.items())
-        data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + API + path + (f"?{qs}" if qs else ""), method=method,
-                                     data=data,
-                                     headers={"Content-Type": content_type, "User-Agent": user_agent})
-        try:
-            with urllib.request.urlopen(req, timeout=30, context=self.ctx) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
-    def get_raw(self, path: str, wait: float = 60.0) -> Obj:
-        """GET a path outside the resource, waiting out 404s (kube publishes a new CRD's OpenAPI
-        v3 a few seconds after the CRD is established)."""
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                with urllib.request.urlopen(self.url + path, timeout=30, context=self.ctx) as resp:
-                    return json.loads(resp.read())
-            except urllib.error.HTTPError as e:
-                if e.code != 404 or time.monotonic() > deadline:
-                    raise
-            time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
-def clients(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Client]]:
-    lab = Lab(Path(tmp_path_factory.mktemp("mf-lab")), [NS])
-    try:
-        targets = lab.start()
-        yield {t.name: Client(t) for t in targets}
-    finally:
-        lab.stop()
+def clients(differential_lab: DifferentialLab) -> dict[str, Client]:
+    differential_lab.namespace(NS)
+    return {name: differential_lab.clients[name] for name in (BASELINE, OURS)}
 
 
 def entries(obj: Obj) -> list[tuple[Any, ...]]:

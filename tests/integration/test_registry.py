@@ -117,7 +117,7 @@ async def test_create_sets_uid_creation_timestamp_generation_and_the_finalizer(r
 
 
 async def test_create_drops_the_system_fields_a_client_sends(registry: Registry, etcd_store: Store, ns: str) -> None:
-    sent = body("forged", ns, uid="11111111-2222-3333-4444-555555555555", resourceVersion="42",
+    sent = body("forged", ns, uid="11111111-2222-3333-4444-555555555555", resourceVersion="0",
                 deletionTimestamp="2020-01-01T00:00:00Z", deletionGracePeriodSeconds=30,
                 managedFields=[{"manager": "me", "operation": "Update"}], creationTimestamp="2000-01-01T00:00:00Z",
                 generation=9)
@@ -125,7 +125,7 @@ async def test_create_drops_the_system_fields_a_client_sends(registry: Registry,
     created = (await registry.create(ns, sent, WRITE)).obj
     meta = created["metadata"]
     assert meta["uid"] != "11111111-2222-3333-4444-555555555555"
-    assert meta["resourceVersion"] != "42"
+    assert meta["resourceVersion"] != "0"
     assert meta["creationTimestamp"] != "2000-01-01T00:00:00Z"
     assert meta["generation"] == 1
     for dropped in ("deletionTimestamp", "deletionGracePeriodSeconds"):
@@ -380,6 +380,13 @@ async def test_an_update_cannot_clear_or_move_a_deletion_timestamp(registry: Reg
     assert updated["metadata"]["labels"] == {"still": "here"}
 
 
+async def test_a_resource_version_on_create_is_refused_as_kube_refuses_it(registry: Registry, ns: str) -> None:
+    e = await api_error(registry.create(ns, body("withrv", ns, resourceVersion="42"), WRITE))
+    assert (e.code, e.message) == (400, "resourceVersion should not be set on objects to be created")
+    created = await registry.create(ns, body("withrv", ns, resourceVersion="42"), DRY_RUN)  # storage is not reached
+    assert created.created
+
+
 async def test_adding_a_finalizer_to_an_object_being_deleted_is_unprocessable(registry: Registry, ns: str) -> None:
     await create(registry, ns, "closing")
     await registry.delete(ns, "closing", KEEP, WRITE)
@@ -389,7 +396,7 @@ async def test_adding_a_finalizer_to_an_object_being_deleted_is_unprocessable(re
     assert (e.code, e.reason) == (422, "Invalid")
     assert e.causes[0].field == "metadata.finalizers"
     assert e.causes[0].message == ("Forbidden: no new finalizers can be added if the object is being deleted, "
-                                   f'found new finalizers ["{TEST_FINALIZER}"]')
+                                   f'found new finalizers []string{{"{TEST_FINALIZER}"}}')
     assert (await registry.get(ns, "closing"))["metadata"]["finalizers"] == [FINALIZER]
 
 
@@ -430,8 +437,9 @@ async def test_a_delete_whose_uid_precondition_does_not_match_is_a_conflict(regi
     created = await create(registry, ns, "uidpre")
     e = await api_error(registry.delete(ns, "uidpre", DeleteOptions(uid="not-the-uid"), WRITE))
     assert (e.code, e.reason) == (409, "Conflict")
-    assert e.message == ('Operation cannot be fulfilled on virtualclusters.kosmos.io "uidpre": Precondition failed: '
-                         f"UID in precondition: not-the-uid, UID in object meta: {created['metadata']['uid']}")
+    assert e.message == ('Operation cannot be fulfilled on VirtualCluster.kosmos.io "uidpre": the UID in the '
+                         f"precondition (not-the-uid) does not match the UID in record ({created['metadata']['uid']}). "
+                         "The object might have been deleted and then recreated")
     assert "deletionTimestamp" not in (await registry.get(ns, "uidpre"))["metadata"]
 
 
@@ -441,8 +449,9 @@ async def test_a_delete_whose_resource_version_precondition_does_not_match_is_a_
     rv = created["metadata"]["resourceVersion"]
     e = await api_error(registry.delete(ns, "rvpre", DeleteOptions(resource_version="1"), WRITE))
     assert (e.code, e.reason) == (409, "Conflict")
-    assert e.message == ('Operation cannot be fulfilled on virtualclusters.kosmos.io "rvpre": Precondition failed: '
-                         f"ResourceVersion in precondition: 1, ResourceVersion in object meta: {rv}")
+    assert e.message == ('Operation cannot be fulfilled on VirtualCluster.kosmos.io "rvpre": the ResourceVersion in '
+                         f"the precondition (1) does not match the ResourceVersion in record ({rv}). The object might "
+                         "have been modified")
     assert (await registry.get(ns, "rvpre"))["metadata"]["resourceVersion"] == rv
 
 
@@ -529,7 +538,7 @@ async def test_a_dry_run_delete_checks_preconditions(registry: Registry, ns: str
     await create(registry, ns, "drypre")
     e = await api_error(registry.delete(ns, "drypre", DeleteOptions(uid="not-the-uid"), DRY_RUN))
     assert (e.code, e.reason) == (409, "Conflict")
-    assert "Precondition failed" in e.message
+    assert "does not match the UID in record" in e.message
 
 
 # -- lists: paging and selectors ---------------------------------------------------------------
@@ -718,7 +727,7 @@ async def test_delete_collection_deletes_only_the_selected_objects(registry: Reg
     for name, team in (("c1", "a"), ("c2", "a"), ("c3", "b")):
         await create(registry, ns, name, labels={"team": team})
         await release(registry, ns, name)
-    deleted = await registry.delete_collection(ns, ListOptions(label_selector=parse_label_selector("team=a")),
-                                               KEEP, WRITE)
+    deleted, _ = await registry.delete_collection(ns, ListOptions(label_selector=parse_label_selector("team=a")),
+                                                  KEEP, WRITE)
     assert sorted(o["metadata"]["name"] for o in deleted) == ["c1", "c2"]
     assert [e.name for e in (await registry.list(ns, ListOptions())).entries] == ["c3"]

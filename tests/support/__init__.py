@@ -1,6 +1,7 @@
 """What the tests share beyond fixtures: etcd's history and the checks against it, the load the fault
 tests run under, the Status contract and the client the fuzzers check it with, the generators of
-hostile input, and reporting. Fixtures themselves stay in tests/conftest.py (pytest finds them there).
+hostile input, the servers the differential suites compare and their raw client, and reporting.
+Fixtures themselves stay in tests/conftest.py (pytest finds them there).
 """
 
 from __future__ import annotations

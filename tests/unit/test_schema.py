@@ -95,13 +95,13 @@ def test_absent_spec_and_status_are_empty_and_valid() -> None:
 
 def test_negative_node_count_is_reported_with_its_field_path() -> None:
     assert validate_spec(policy(nodeCount=-1)) == [
-        Cause("FieldValueInvalid", "Invalid value: -1: must be greater than or equal to 0",
-              "spec.promotePolicies[0].nodeCount")]
+        Cause("FieldValueInvalid", "Invalid value: -1: spec.promotePolicies[0].nodeCount in body should be greater "
+                                   "than or equal to 0", "spec.promotePolicies[0].nodeCount")]
 
 
 def test_a_wrong_json_type_is_reported_like_a_crd_type_error() -> None:
     assert validate_spec(policy(nodeCount="3")) == [Cause(
-        "FieldValueInvalid",
+        "FieldValueTypeInvalid",
         'Invalid value: "string": spec.promotePolicies[0].nodeCount in body must be of type integer: "string"',
         "spec.promotePolicies[0].nodeCount")]
 
@@ -131,7 +131,7 @@ def test_a_node_count_beyond_int32_is_invalid() -> None:
 
 def test_a_spec_that_is_not_an_object_is_a_type_error() -> None:
     assert validate_spec("x") == [
-        Cause("FieldValueInvalid", 'Invalid value: "string": spec in body must be of type object: "string"',
+        Cause("FieldValueTypeInvalid", 'Invalid value: "string": spec in body must be of type object: "string"',
               "spec")]
 
 
@@ -276,11 +276,13 @@ def test_kube_in_kube_config_rules() -> None:
         "apiServerReplicas": 0, "apiServerServiceType": "LoadBalancer", "externalPort": 70000,
         "forceDestroy": "yes", "etcdStorageClass": "Fast", "etcdUnitSize": "0", "clusterCIDR": "10.0.0.1"}}))
     p = "spec.kubeInKubeConfig."
-    assert causes[p + "apiServerReplicas"].message == "Invalid value: 0: must be greater than or equal to 1"
+    assert causes[p + "apiServerReplicas"].message == (
+        "Invalid value: 0: spec.kubeInKubeConfig.apiServerReplicas in body should be greater than or equal to 1")
     assert causes[p + "apiServerServiceType"] == Cause(
         "FieldValueNotSupported", 'Unsupported value: "LoadBalancer": supported values: "nodePort", "hostNetwork"',
         p + "apiServerServiceType")
-    assert causes[p + "externalPort"].message == "Invalid value: 70000: must be between 1 and 65535, inclusive"
+    assert causes[p + "externalPort"].message == (
+        "Invalid value: 70000: spec.kubeInKubeConfig.externalPort in body should be less than or equal to 65535")
     assert causes[p + "forceDestroy"].message.endswith('must be of type boolean: "string"')
     assert causes[p + "etcdStorageClass"].message.startswith('Invalid value: "Fast": a lowercase RFC 1123')
     assert causes[p + "etcdUnitSize"].message == 'Invalid value: "0": must be greater than zero'
@@ -298,11 +300,10 @@ def test_every_problem_is_reported_not_only_the_first() -> None:
 def test_causes_render_into_kubes_invalid_status_message() -> None:
     err = errors.invalid("VirtualCluster", "kosmos.io", "dev", validate_spec(policy(nodeCount=-1)))
     assert err.code == 422
-    assert err.message == ('VirtualCluster.kosmos.io "dev" is invalid: spec.promotePolicies[0].nodeCount: '
-                           'Invalid value: -1: must be greater than or equal to 0')
+    detail = "Invalid value: -1: spec.promotePolicies[0].nodeCount in body should be greater than or equal to 0"
+    assert err.message == f'VirtualCluster.kosmos.io "dev" is invalid: spec.promotePolicies[0].nodeCount: {detail}'
     assert err.status()["details"]["causes"] == [{
-        "reason": "FieldValueInvalid", "message": "Invalid value: -1: must be greater than or equal to 0",
-        "field": "spec.promotePolicies[0].nodeCount"}]
+        "reason": "FieldValueInvalid", "message": detail, "field": "spec.promotePolicies[0].nodeCount"}]
 
 
 # --------------------------------------------------------------------------- status
@@ -317,7 +318,7 @@ def test_status_phase_is_one_of_the_documented_phases() -> None:
 
 def test_status_times_must_be_rfc3339() -> None:
     assert validate_status({"updateTime": "yesterday"}) == [Cause(
-        "FieldValueInvalid", 'Invalid value: "yesterday": status.updateTime in body must be of type date-time: '
+        "FieldValueTypeInvalid", 'Invalid value: "yesterday": status.updateTime in body must be of type date-time: '
         '"yesterday"', "status.updateTime")]
     assert validate_status({"updateTime": "2024-13-01T00:00:00Z"})[0].field == "status.updateTime"
 
