@@ -57,6 +57,19 @@ def wait_until(check, timeout: float, what: str, interval: float = 0.1) -> None:
     raise TimeoutError(f"{what} not ready after {timeout:.0f}s" + (f": {last}" if last else ""))
 
 
+def _zombie(pid: int) -> bool:
+    """A process that has exited but was not waited for (reaped here when it is our child)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state != "Z":
+        return False
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    return True
+
+
 @dataclass
 class Proc:
     """A supervised subprocess with its log and pid file."""
@@ -95,7 +108,7 @@ class Proc:
             os.kill(pid, 0)
         except OSError:
             return False
-        return True
+        return not _zombie(pid)
 
     def signal(self, sig: int) -> None:
         pid = self.pid
