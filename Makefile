@@ -66,7 +66,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	@touch $(BENCH_STAMP)
 
 .PHONY: bench
-bench: env bins $(BENCH_STAMP)
+bench: env bins node-packages $(BENCH_STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 
 # Faults survived, at length: tests/e2e/test_faults_*.py and test_chaos.py with more rounds and longer outages

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import uvloop
 
-from . import config, controlplane, promotion, report, suite
+from . import config, controlplane, promotion, realnodes, report, suite
 from .workloads import log
 
 STEPS = ("get", "list", "kubectl", "update", "watch", "apply")
-PRODUCT_STEPS = ("controlplane", "promotion")  # the product's own work, against its floor
+PRODUCT_STEPS = ("controlplane", "promotion", "realnodes")  # the product's own work, against its floor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,6 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="kwok nodes in the promotion benchmark's host")
     p.add_argument("--promotion-wanted", type=int, default=int(os.environ.get("BENCH_PROMOTION_WANTED", "500")),
                    help="nodes the promotion benchmark's VirtualCluster asks for")
+    p.add_argument("--realnodes-rounds", type=int, default=3,
+                   help="rounds of the real-node family (root: kubelet + containerd nodes, hack/realnodes.py)")
     return p.parse_args(argv)
 
 
@@ -76,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             nodes = max(int(args.promotion_nodes * min(args.scale, 1.0)), 50)
             wanted = max(int(args.promotion_wanted * min(args.scale, 1.0)), 5)
             product["promotion"] = uvloop.run(promotion.run(workdir / "promotion", nodes, wanted))
+        if only is None or "realnodes" in only:
+            product["realnodes"] = realnodes.run(workdir / "realnodes", rounds=args.realnodes_rounds, log=log)
     except BaseException:
         log(f"bench failed; logs kept in {workdir / 'log'}")
         raise
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + controlplane.render(product["controlplane"]))
     if "promotion" in product:
         print("\n" + promotion.render(product["promotion"]))
+    if "realnodes" in product:
+        print("\n" + realnodes.render(product["realnodes"]))
     print(f"\nresults: {args.json}")
     if args.docs if args.docs is not None else args.scale >= 1.0 and only is None:
         report.write_docs(document)

@@ -1,0 +1,201 @@
+"""Real-node benchmark: the production path on real kubelets (hack/realnodes.py), against its floors.
+
+- **Control plane as pods**: VirtualCluster create → Ready with the ``pods`` runtime on the real
+  control-plane node, against the floor: the very objects the runtime applied (Secrets, Services,
+  the etcd StatefulSet, the Deployments, dumped from the host after a round) applied again directly
+  with kubectl, until every pod is Ready and the tenant apiserver answers ``/readyz`` at the same
+  endpoint. The difference is what vc-apiserver adds: PKI, its passes, its readiness checks.
+- **Promote**: the real worker added to a Ready tenant → a tenant pod that waited for a node Running
+  on it (drain in the host, the agent's join, the kubelet's restart, registration, scheduling).
+- **Release**: the worker taken out of the tenant → a host pod bound to it Running again.
+
+Rounds are sequential on one lab; p50 and the worst round are reported, in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hack.harness import wait_until
+from hack.stack import Stack, StackPorts
+from reconciler.runtime.pods import OWNER
+
+NS = "bench-real"
+KINDS = ("secrets", "services", "statefulsets", "deployments")
+BUSYBOX = "docker.io/library/busybox:1.36"
+
+
+def _json(stack: Stack, *args: str) -> Any:
+    return json.loads(stack.host.kubectl(*args, "-o", "json").stdout)
+
+
+def _vc(name: str, nodes: list[str]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"promoteResources": {"nodes": nodes}} if nodes else {}
+    return {"apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
+            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
+def _ready(stack: Stack, name: str) -> bool:
+    vc = _json(stack, "get", "vc", name, "-n", NS)
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (vc.get("status") or {}).get("conditions", []))
+
+
+def _timed(what: str, check: Callable[[], bool], timeout: float = 300.0) -> float:
+    start = time.monotonic()
+    wait_until(check, timeout, what, interval=0.2)
+    return time.monotonic() - start
+
+
+def _dump(stack: Stack, name: str) -> list[dict[str, Any]]:
+    """The host objects the runtime applied for ``name``, as applyable manifests."""
+    out = []
+    for kind in KINDS:
+        for obj in _json(stack, "get", kind, "-n", NS, "-l", f"{OWNER}={name}")["items"]:
+            meta = obj["metadata"]
+            obj["metadata"] = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
+            obj.pop("status", None)
+            if obj["kind"] == "Service":
+                for key in ("clusterIP", "clusterIPs"):
+                    obj["spec"].pop(key, None)
+            out.append(obj)
+    return out
+
+
+def _pods_ready(stack: Stack, name: str) -> bool:
+    pods = _json(stack, "get", "pods", "-n", NS, "-l", f"{OWNER}={name}")["items"]
+    return len(pods) >= 4 and all(
+        p.get("status", {}).get("phase") == "Running" and all(c.get("ready") for c in p["status"].get("containerStatuses", []))
+        for p in pods if not p["metadata"].get("deletionTimestamp"))
+
+
+def _answers(endpoint: str) -> Callable[[], bool]:
+    import ssl
+    import urllib.request
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+
+    def check() -> bool:
+        try:
+            with urllib.request.urlopen(endpoint + "/readyz", timeout=2, context=ctx) as resp:
+                return resp.status == 200
+        except OSError as e:  # an answer of 401/403 is an answer: readyz needs no credentials here
+            return getattr(e, "code", 0) in (401, 403)
+    return check
+
+
+def control_plane_round(stack: Stack, name: str) -> tuple[float, float]:
+    """(ours, floor) seconds for one tenant control plane as pods."""
+    k = stack.host.kubectl
+    k("create", "-f", "-", input=json.dumps(_vc(name, [])))
+    ours = _timed(f"{name} Ready", lambda: _ready(stack, name))
+    endpoint = _json(stack, "get", "vc", name, "-n", NS)["status"]["controlPlaneEndpoint"]
+    manifests = _dump(stack, name)
+    k("delete", "vc", name, "-n", NS, "--wait=true", "--timeout=180s")
+    stack.lab().recycle_volumes(stack.lab().nodes()[0])
+    start = time.monotonic()
+    k("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
+    wait_until(lambda: _pods_ready(stack, name), 300, f"floor pods of {name}", interval=0.2)
+    wait_until(_answers(endpoint), 120, f"floor apiserver of {name}", interval=0.2)
+    floor = time.monotonic() - start
+    for kind in ("deployments", "statefulsets", "services", "secrets", "pvc"):
+        k("delete", kind, "-n", NS, "-l", f"{OWNER}={name}", "--wait=true", "--timeout=120s")
+    stack.lab().recycle_volumes(stack.lab().nodes()[0])
+    return ours, floor
+
+
+def promotion_round(stack: Stack, name: str, tenant_kubeconfig: Path) -> tuple[float, float]:
+    """(promote → tenant pod Running, release → host pod Running) seconds."""
+    worker = stack.lab().nodes()[1]
+    k = stack.host.kubectl
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "waiting"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "waiting"}},
+                           "template": {"metadata": {"labels": {"app": "waiting"}}, "spec": {
+                               "terminationGracePeriodSeconds": 1,
+                               "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]}}}}
+    k("apply", "-f", "-", input=json.dumps(deployment), kubeconfig=tenant_kubeconfig)
+
+    def tenant_pod_running() -> bool:
+        pods = json.loads(k("get", "pods", "-l", "app=waiting", "-o", "json", kubeconfig=tenant_kubeconfig).stdout)
+        return any(p["status"].get("phase") == "Running" and p["spec"].get("nodeName") == worker.name
+                   for p in pods["items"])
+    k("patch", "vc", name, "-n", NS, "--type=merge", "-p",
+      json.dumps({"spec": {"promoteResources": {"nodes": [worker.name]}}}))
+    promote = _timed("a tenant pod Running on the promoted node", tenant_pod_running)
+    k("delete", "deployment", "waiting", "--wait=false", kubeconfig=tenant_kubeconfig)
+
+    home = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"home-{name}", "namespace": NS},
+            "spec": {"nodeName": worker.name, "terminationGracePeriodSeconds": 1,
+                     "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]}}
+    k("patch", "vc", name, "-n", NS, "--type=json", "-p", json.dumps([{"op": "remove", "path": "/spec/promoteResources"}]))
+    start = time.monotonic()
+    k("apply", "-f", "-", input=json.dumps(home))
+
+    def host_pod_running() -> bool:
+        pod = _json(stack, "get", "pod", f"home-{name}", "-n", NS)
+        return pod["status"].get("phase") == "Running"
+    wait_until(host_pod_running, 300, "a host pod Running on the released node", interval=0.2)
+    release = time.monotonic() - start
+    k("delete", "pod", f"home-{name}", "-n", NS, "--wait=false")
+    return promote, release
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {"p50": round(statistics.median(values), 2), "max": round(max(values), 2), "rounds": len(values)}
+
+
+def run(workdir: Path, rounds: int = 3, log: Callable[[str], None] = print) -> dict[str, Any]:
+    stack = Stack(workdir, StackPorts.free(), runtime="pods", real_nodes=2,
+                  extra_args=["--leader-elect-lease-duration", "5"])
+    started = time.monotonic()
+    try:
+        stack.up(nodes=2, say=log)
+        setup = time.monotonic() - started
+        stack.host.kubectl("create", "namespace", NS)
+        ours, floor, promote, release = [], [], [], []
+        for i in range(rounds):
+            o, f = control_plane_round(stack, f"cp-{i}")
+            ours.append(o)
+            floor.append(f)
+            log(f"realnodes: control plane round {i}: ours {o:.1f} s, floor {f:.1f} s")
+        for i in range(rounds):
+            name = f"promo-{i}"
+            stack.host.kubectl("create", "-f", "-", input=json.dumps(_vc(name, [])))
+            wait_until(lambda n=name: _ready(stack, n), 300, f"{name} Ready", interval=0.2)  # type: ignore[misc]
+            raw = stack.host.kubectl("get", "--raw",
+                                     f"/apis/kosmos.io/v1alpha1/namespaces/{NS}/virtualclusters/{name}/kubeconfig").stdout
+            kubeconfig = workdir / f"{name}.kubeconfig"
+            kubeconfig.write_text(raw)
+            p, r = promotion_round(stack, name, kubeconfig)
+            promote.append(p)
+            release.append(r)
+            log(f"realnodes: promotion round {i}: promote → tenant pod Running {p:.1f} s, "
+                f"release → host pod Running {r:.1f} s")
+            stack.host.kubectl("delete", "vc", name, "-n", NS, "--wait=true", "--timeout=180s")
+            stack.lab().recycle_volumes(stack.lab().nodes()[0])
+    finally:
+        stack.down()
+    return {"lab_setup_seconds": round(setup, 1),
+            "control_plane": {"ours": _summary(ours), "floor": _summary(floor),
+                              "ratio_p50": round(statistics.median(floor) / statistics.median(ours), 2)},
+            "promote_to_tenant_pod_running": _summary(promote),
+            "release_to_host_pod_running": _summary(release)}
+
+
+def render(result: dict[str, Any]) -> str:
+    cp = result["control_plane"]
+    return "\n".join([
+        f"real nodes (lab set-up {result['lab_setup_seconds']} s; seconds, p50 / worst of {cp['ours']['rounds']})",
+        f"  create → Ready, pods runtime     ours {cp['ours']['p50']} / {cp['ours']['max']}   "
+        f"floor {cp['floor']['p50']} / {cp['floor']['max']}   ratio {cp['ratio_p50']}x",
+        f"  promote → tenant pod Running     {result['promote_to_tenant_pod_running']['p50']} / "
+        f"{result['promote_to_tenant_pod_running']['max']}",
+        f"  release → host pod Running       {result['release_to_host_pod_running']['p50']} / "
+        f"{result['release_to_host_pod_running']['max']}",
+    ])
