@@ -59,7 +59,7 @@ def _dump(stack: Stack, name: str) -> list[dict[str, Any]]:
             meta = obj["metadata"]
             obj["metadata"] = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
             obj.pop("status", None)
-            if obj["kind"] == "Service":
+            if obj["kind"] == "Service" and obj["spec"].get("clusterIP") != "None":  # headless stays headless
                 for key in ("clusterIP", "clusterIPs"):
                     obj["spec"].pop(key, None)
             out.append(obj)
