@@ -19,6 +19,7 @@ from apiserver.machinery.errors import (
     FIELD_VALUE_INVALID,
     FIELD_VALUE_NOT_SUPPORTED,
     FIELD_VALUE_REQUIRED,
+    FIELD_VALUE_TYPE_INVALID,
     Cause,
 )
 from apiserver.machinery.golang import MAX_INT64, MIN_INT64, go_bad_value
@@ -29,7 +30,6 @@ from apiserver.machinery.validation import (
     dns1123_subdomain_errors,
     duplicate_value,
     field_error,
-    invalid_value,
     label_map_errors,
     not_supported_value,
 )
@@ -60,9 +60,9 @@ class Problem:
 
     def cause(self, path: str) -> Cause:
         """The cause at ``path``, its message rendered by :mod:`apiserver.machinery.validation` as ``ErrorBody`` does."""
-        if self.expected_type:
-            return invalid_value(path, self.value, f"{path} in body must be of type {self.expected_type}: "
-                                                   f"{go_bad_value(self.value)}")
+        if self.expected_type:  # kube-openapi's InvalidTypeCode, which CRD validation reports as field.TypeInvalid
+            return field_error(FIELD_VALUE_TYPE_INVALID, path, self.value,
+                               f"{path} in body must be of type {self.expected_type}: {go_bad_value(self.value)}")
         if self.type == FIELD_VALUE_NOT_SUPPORTED:
             return not_supported_value(path, self.value, self.supported)
         if self.type == FIELD_VALUE_DUPLICATE:

@@ -101,7 +101,7 @@ def test_negative_node_count_is_reported_with_its_field_path() -> None:
 
 def test_a_wrong_json_type_is_reported_like_a_crd_type_error() -> None:
     assert validate_spec(policy(nodeCount="3")) == [Cause(
-        "FieldValueInvalid",
+        "FieldValueTypeInvalid",
         'Invalid value: "string": spec.promotePolicies[0].nodeCount in body must be of type integer: "string"',
         "spec.promotePolicies[0].nodeCount")]
 
@@ -131,7 +131,7 @@ def test_a_node_count_beyond_int32_is_invalid() -> None:
 
 def test_a_spec_that_is_not_an_object_is_a_type_error() -> None:
     assert validate_spec("x") == [
-        Cause("FieldValueInvalid", 'Invalid value: "string": spec in body must be of type object: "string"',
+        Cause("FieldValueTypeInvalid", 'Invalid value: "string": spec in body must be of type object: "string"',
               "spec")]
 
 
@@ -317,7 +317,7 @@ def test_status_phase_is_one_of_the_documented_phases() -> None:
 
 def test_status_times_must_be_rfc3339() -> None:
     assert validate_status({"updateTime": "yesterday"}) == [Cause(
-        "FieldValueInvalid", 'Invalid value: "yesterday": status.updateTime in body must be of type date-time: '
+        "FieldValueTypeInvalid", 'Invalid value: "yesterday": status.updateTime in body must be of type date-time: '
         '"yesterday"', "status.updateTime")]
     assert validate_status({"updateTime": "2024-13-01T00:00:00Z"})[0].field == "status.updateTime"
 
