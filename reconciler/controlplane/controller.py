@@ -1,7 +1,9 @@
 """The control-plane controller: each VirtualCluster gets a tenant control plane, and loses it on delete.
 
-A pass acts (PKI, runtime, nodes, teardown), then writes the status it leads to once: the status
-itself is computed from the object and what the pass observed by :mod:`.status`, with no I/O.
+A pass acts (PKI, runtime, nodes, hibernation, teardown), then writes the status it leads to once:
+the status itself is computed from the object and what the pass observed by :mod:`.status`, with no
+I/O. Whether the cluster should be hibernated is decided there too, from the spec, the status and
+the last user request the runtime has seen (read only once ``afterInactivity`` could have passed).
 The finalizer's removal at the end of a deletion is a separate write, of metadata. Failures are
 reported in conditions and retried with back-off; no phase is a dead end.
 """
@@ -9,10 +11,12 @@ reported in conditions and retried with back-off; no phase is a dead end.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
+from apiserver.apis import hibernation as sleep
 from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER
 from apiserver.kubeclient.client import HostError, HostUnavailable
@@ -24,7 +28,14 @@ from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 from reconciler.controlplane import status
-from reconciler.controlplane.status import Observed, Outcome, patch_object, write_status
+from reconciler.controlplane.status import (
+    Hibernation,
+    Observed,
+    Outcome,
+    Stopping,
+    patch_object,
+    write_status,
+)
 from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.nodes.selection import requests_nodes
@@ -67,6 +78,7 @@ class ControlPlaneController:
         self.secrets = secrets
         self.events = events
         self._unanswered: dict[str, int] = {}  # by uid: consecutive unanswered checks of a ready control plane
+        self._last_request: dict[str, dt.datetime] = {}  # by uid: the latest user request seen in the audit log
 
     async def reconcile(self, namespace: str, name: str) -> None:
         try:
@@ -104,8 +116,53 @@ class ControlPlaneController:
         if not (obj.get("status") or {}).get("phase"):  # accepted: Pending is a pass of its own
             await self._finish(obj, status.accepted(obj, now_rfc3339()))
             return
+        why = await self._hibernation(obj, runtime)
+        if why is not None:
+            await self._hibernate(obj, runtime, why)
+            return
         seen = await self._observe(obj, runtime, secrets)
         await self._finish(obj, status.built(obj, seen, runtime.name, now_rfc3339()))
+
+    # -- hibernation -----------------------------------------------------------------
+
+    async def _hibernation(self, obj: Obj, runtime: ControlPlaneRuntime) -> Hibernation | None:
+        """Whether the cluster should be hibernated (:func:`.status.hibernation`). The runtime's audit
+        log is read only once afterInactivity has passed since the last request already seen; a
+        runtime that cannot tell leaves the cluster running."""
+        uid = obj["metadata"].get("uid", "")
+        now = dt.datetime.now(dt.UTC)
+        known = self._last_request.get(uid)
+        after = sleep.spec_of(obj).after_inactivity
+        if after is not None and status.inactivity_due(obj, now, known):
+            try:
+                found = await runtime.last_request(obj, now - after)
+            except RuntimeFailure as e:
+                meta = obj["metadata"]
+                log.warning("%s/%s stays awake: %s", meta["namespace"], meta["name"], e.message)
+                return None
+            if found is not None and (known is None or found > known):
+                known = self._last_request[uid] = found
+        return status.hibernation(obj, now, known)
+
+    async def _hibernate(self, obj: Obj, runtime: ControlPlaneRuntime, why: Hibernation) -> None:
+        """Nodes back to the host as on delete (the tenant still answers, so they leave it cleanly),
+        then the control plane stopped with its data kept. The phase says Hibernating first."""
+        if (obj.get("status") or {}).get("phase") not in sleep.HIBERNATION_PHASES:
+            await self._finish(obj, status.hibernating(obj, why, now_rfc3339()))
+            return
+        self._unanswered.pop(obj["metadata"].get("uid", ""), None)
+        if self.nodes is not None:
+            try:
+                await self._release_nodes(obj, self.nodes)
+            except (HostUnavailable, HostError) as e:
+                _raise_unless_unreachable(e)
+                await self._finish(obj, status.hibernated(obj, why, Stopping(unreachable=str(e)), now_rfc3339()))
+                return
+        try:
+            seen = Stopping(stopped=await runtime.hibernate(obj))
+        except RuntimeFailure as e:
+            seen = Stopping(failure=e)
+        await self._finish(obj, status.hibernated(obj, why, seen, now_rfc3339()))
 
     async def _observe(self, obj: Obj, runtime: ControlPlaneRuntime, secrets: SecretStore) -> Observed:
         """Build, adopt or repair the control plane, then its nodes; what was found, for the status."""
@@ -192,6 +249,7 @@ class ControlPlaneController:
     async def _delete(self, obj: Obj) -> None:
         meta = obj["metadata"]
         self._unanswered.pop(meta.get("uid", ""), None)
+        self._last_request.pop(meta.get("uid", ""), None)
         if FINALIZER not in (meta.get("finalizers") or []):
             return
         if (obj.get("status") or {}).get("phase") != "Deleting":  # the phase says so before the teardown
