@@ -110,8 +110,21 @@ def build_state(args: argparse.Namespace, security: Security) -> ServerState:
     return ServerState(etcd=etcd, authenticator=security.authenticator, authorizer=security.authorizer,
                        metrics=metrics, version=version_info(), host=security.host, admission=admission,
                        secrets=secrets, max_kubeconfig_expiration=args.max_kubeconfig_expiration,
+                       wake_estimate=wake_estimate(args.control_plane_runtime),
                        max_requests_inflight=args.max_requests_inflight,
                        max_mutating_requests_inflight=args.max_mutating_requests_inflight)
+
+
+def wake_estimate(runtime: str) -> int:
+    """Seconds a hibernated control plane of ``runtime`` usually takes to be ready again (what the
+    kubeconfig subresource tells whoever wakes one); any replica answers it, reconciling or not."""
+    if runtime == "pods":
+        from reconciler.runtime.pods import PodsRuntime
+
+        return PodsRuntime.WAKE_ESTIMATE
+    from reconciler.runtime.process import ProcessRuntime
+
+    return ProcessRuntime.WAKE_ESTIMATE
 
 
 def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> ControlPlaneRuntime | None:
