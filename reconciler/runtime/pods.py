@@ -162,7 +162,7 @@ class PodsRuntime:
     host_port_range: tuple[int, int] = (40000, 49999)
     teardown_timeout: float = 120.0
     name: str = "pods"
-    WAKE_ESTIMATE: ClassVar[int] = 60
+    WAKE_ESTIMATE: ClassVar[int] = 60  # pods scheduled, etcd then the apiserver started, images already pulled
     _nodes: list[tuple[str, str]] | None = field(default=None, repr=False)  # (node name, InternalIP), by name
     _nodes_at: float = field(default=0.0, repr=False)
     _nodes_task: asyncio.Task[None] | None = field(default=None, repr=False)

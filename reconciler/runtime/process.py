@@ -104,7 +104,7 @@ class ProcessRuntime:
     bin_dir: Path
     port_range: tuple[int, int] = (20000, 29999)  # below the kernel's ephemeral ports
     name: str = "process"
-    WAKE_ESTIMATE: ClassVar[int] = 15
+    WAKE_ESTIMATE: ClassVar[int] = 10  # wake -> Ready measured 3.5 s alone on 2 cores (docs/benchmarks.md)
     _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
