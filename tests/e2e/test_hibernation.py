@@ -278,3 +278,54 @@ def test_hibernation_fields_are_validated_defaulted_and_explained(host: Kubectl)
     for example in sorted(EXAMPLES.glob("*.yaml")):  # what applied before still applies, unchanged
         host.ensure_namespace(yaml.safe_load(example.read_text())["metadata"].get("namespace", "default"))
         host.run("apply", "--dry-run=server", "-f", str(example))
+
+
+def converged(stack: Stack, host: Kubectl, ns: str, name: str, asleep: bool) -> str:
+    """Empty once the cluster, its processes and its node claims are all where ``asleep`` says; else what is not."""
+    try:
+        obj = get(host, ns, name)
+    except AssertionError as e:  # the aggregator answers 503 while vc-apiserver restarts
+        return str(e).splitlines()[0]
+    status = obj.get("status") or {}
+    running = sorted(tenant_processes(tenant_dir(stack, ns, name)).values())
+    claimed = claimed_by(host, ns, name)
+    if asleep:
+        if status.get("phase") != "Hibernated" or running or claimed or status.get("nodes"):
+            return f"{status.get('phase')}: running {running}, claimed {claimed}"
+        return ""
+    if status.get("phase") != "Completed" or len(claimed) != 1 or [n["name"] for n in status["nodes"]] != claimed:
+        return f"{status.get('phase')}: claimed {claimed}, listed {status.get('nodes')}"
+    if running != ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]:
+        return f"running {running}"
+    return ""
+
+
+def test_vc_apiserver_killed_mid_hibernate_and_mid_wake_converges(stack: Stack, host: Kubectl, tmp_path: Path) -> None:
+    ns = host.ensure_namespace("hib-kill")
+    host.run("create", "-f", "-", input=json.dumps(vc("tough", ns, policy(1))))
+    wait_phase(host, ns, "tough", "Completed")
+    tenant(host, ns, "tough", tmp_path).run("create", "configmap", "kept", "--from-literal=k=v")
+    mid_work = {True: 0, False: 0}
+    for hibernate_after, wake_after in ((0.3, 0.5), (0.9, 2.0)):
+        for asleep, delay in ((True, hibernate_after), (False, wake_after)):
+            host.run("patch", "vc", "tough", "-n", ns, "--type", "merge", "-p",
+                     json.dumps({"spec": {"hibernation": {"hibernated": asleep}}}))
+            time.sleep(delay)
+            stack.api.proc.kill()
+            busy = bool(converged(stack, host, ns, "tough", asleep))  # the host and the processes tell, meanwhile
+            mid_work[asleep] += busy
+            stack.api.start()
+            started, why = time.monotonic(), "never checked"
+            while time.monotonic() - started < 120:
+                if not (why := converged(stack, host, ns, "tough", asleep)):
+                    break
+                time.sleep(0.5)
+            assert not why, f"{'hibernate' if asleep else 'wake'} killed after {delay}s: not converged: {why}"
+            report.say(f"{'hibernate' if asleep else 'wake'} killed after {delay}s "
+                       f"{'mid-work' if busy else 'when done'}: converged {time.monotonic() - started:.1f}s after "
+                       f"the restart")
+        t = tenant(host, ns, "tough", tmp_path)
+        assert t.json("get", "configmap", "kept")["data"] == {"k": "v"}
+        assert [n["metadata"]["name"] for n in t.json("get", "nodes")["items"]] == claimed_by(host, ns, "tough")
+    assert mid_work[True] and mid_work[False], f"kills that landed mid-work: {mid_work}"
+    host.run("delete", "vc", "tough", "-n", ns, "--wait", timeout=120)
