@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from certs.tenant import ADMIN_USER, CONTROLLER_MANAGER_USER, SCHEDULER_USER, TENANT_ADMINS
 from reconciler.runtime.base import RuntimeFailure
 
-__all__ = ["POLICY", "MARKER", "flags", "latest", "policy_file"]
+__all__ = ["MARKER", "POLICY", "audited", "flags", "latest", "policy_file", "unknown"]
 
 # What one line of the log starts with (kube writes each event as one JSON object per line).
 MARKER = '{"kind":"Event","apiVersion":"audit.k8s.io/v1"'

@@ -161,7 +161,7 @@ def test_hibernation_stops_the_control_plane_keeps_its_data_and_returns_its_node
     assert_returned(host, again)
 
 
-def test_waking_with_too_few_free_nodes_waits_in_pending_saying_so(host: Kubectl, tmp_path: Path) -> None:
+def test_waking_with_too_few_free_nodes_waits_in_pending_saying_so(stack: Stack, host: Kubectl) -> None:
     ns = host.ensure_namespace("hib-short")
     host.run("create", "-f", "-", input=json.dumps(vc("first", ns, {**policy(2), "hibernation": {}})))
     wait_phase(host, ns, "first", "Completed")
@@ -182,8 +182,15 @@ def test_waking_with_too_few_free_nodes_waits_in_pending_saying_so(host: Kubectl
     assert conditions(obj)["ControlPlaneReady"]["status"] == "True"
     host.run("delete", "vc", "taker", "-n", ns, "--wait", timeout=120)
     wait_ready(host, ns, "first")
-    assert len(claimed_by(host, ns, "first")) == 2
+    claimed = claimed_by(host, ns, "first")
+    assert len(claimed) == 2
+    # a hibernated cluster is deleted as any other: nothing of it is left
+    host.run("patch", "vc", "first", "-n", ns, "--type", "merge", "-p",
+             json.dumps({"spec": {"hibernation": {"hibernated": True}}}))
+    wait_phase(host, ns, "first", "Hibernated")
     host.run("delete", "vc", "first", "-n", ns, "--wait", timeout=120)
+    assert not tenant_dir(stack, ns, "first").exists()
+    assert_returned(host, claimed)
 
 
 def test_an_idle_tenant_hibernates_by_itself_and_a_kubeconfig_fetch_wakes_it(
