@@ -146,12 +146,15 @@ class ControlPlaneController:
 
     async def _hibernate(self, obj: Obj, runtime: ControlPlaneRuntime, why: Hibernation) -> None:
         """Nodes back to the host as on delete (the tenant still answers, so they leave it cleanly),
-        then the control plane stopped with its data kept. The phase says Hibernating first."""
-        if (obj.get("status") or {}).get("phase") not in sleep.HIBERNATION_PHASES:
+        then the control plane stopped with its data kept. The phase says Hibernating first. Once
+        Hibernated no node can have been claimed for it (claims are made only while it is awake),
+        so a resync of a sleeping cluster asks the host nothing: it only makes sure nothing runs."""
+        phase = (obj.get("status") or {}).get("phase")
+        if phase not in sleep.HIBERNATION_PHASES:
             await self._finish(obj, status.hibernating(obj, why, now_rfc3339()))
             return
         self._unanswered.pop(obj["metadata"].get("uid", ""), None)
-        if self.nodes is not None:
+        if self.nodes is not None and phase != "Hibernated":
             try:
                 await self._release_nodes(obj, self.nodes)
             except (HostUnavailable, HostError) as e:
