@@ -22,6 +22,7 @@ from typing import Any
 from marshmallow import ValidationError, validates_schema
 
 from apiserver.apis.resource import VIRTUALCLUSTERS
+from apiserver.machinery import cron
 from apiserver.machinery.errors import Cause
 from apiserver.machinery.fields import (
     FIELDS_V1_REF,
@@ -179,6 +180,27 @@ class HibernationSchema(KubeSchema):
                         "inactivity wakes it (the fetch answers 409 Conflict while it wakes).", default=True)
 
 
+def schedule_errors(value: str) -> list[str]:
+    """A CronJob's schedule rules (robfig/cron's standard parser, its messages)."""
+    try:
+        cron.parse(value)
+    except cron.CronError as e:
+        return [str(e)]
+    return []
+
+
+class BackupSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.Backup"
+    DESCRIPTION = ("Scheduled snapshots of the tenant's etcd, taken with etcd's snapshot API, verified, and kept "
+                   "in the server's snapshot storage; the newest are listed in status.backups.")
+
+    schedule = Str("When to take a snapshot, as a CronJob schedule in UTC: five fields (minute hour "
+                   "day-of-month month day-of-week), a descriptor such as @daily, or @every with a Go duration.",
+                   required=True, validate=Check(schedule_errors))
+    keep = Int("How many snapshots to keep: the oldest beyond this many are deleted.", validate=Range(min=1),
+               default=3)
+
+
 class VirtualClusterSpecSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterSpec"
     DESCRIPTION = "The desired state of a VirtualCluster."
@@ -198,6 +220,7 @@ class VirtualClusterSpecSchema(KubeSchema):
                      "served by the kubeconfig subresource).")
     hibernation = Obj(HibernationSchema, "Hibernation: stop the control plane and return the nodes, on demand or "
                       "after inactivity, keeping every object of the tenant.")
+    backup = Obj(BackupSchema, "Scheduled, verified snapshots of the tenant's etcd.")
 
 
 class ConditionSchema(KubeSchema):
@@ -224,6 +247,18 @@ class NodeStatusSchema(KubeSchema):
                 validate=OneOf(NODE_PHASES))
 
 
+class BackupStatusSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterBackup"
+    DESCRIPTION = "A snapshot of the tenant's etcd that is kept."
+
+    name = Str("Name of the snapshot, unique within the virtual cluster.", required=True)
+    time = Time("When the snapshot was taken.")
+    revision = Int("The etcd revision the snapshot holds the tenant's data at.", format="int64", validate=Range(min=0))
+    sizeBytes = Int("Size of the snapshot file in bytes.", format="int64", validate=Range(min=0))
+    verified = Bool("Whether the snapshot passed verification: etcd's SHA-256 of the data matches, and the data "
+                    "is a well-formed etcd database.")
+
+
 class VirtualClusterStatusSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterStatus"
     DESCRIPTION = "The observed state of a VirtualCluster, written by the reconciler through /status."
@@ -244,6 +279,8 @@ class VirtualClusterStatusSchema(KubeSchema):
     port = Int("Port of the tenant kube-apiserver.", validate=Range(1, 65535))
     nodes = Array(Obj(NodeStatusSchema), "Host nodes promoted into the virtual cluster and their phases.",
                   validate=Unique(lambda n: n.get("name"), "name"))
+    backups = Array(Obj(BackupStatusSchema), "The snapshots kept (spec.backup), oldest first.",
+                    validate=Unique(lambda b: b.get("name"), "name"))
 
 
 class OwnerReferenceSchema(KubeSchema):

@@ -401,6 +401,8 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
     spec = {name for name, _ in _all_fields(iter_schemas([VirtualClusterSchema])[0])}
     assert {"VirtualClusterSchema." + f for f in ("apiVersion", "kind", "metadata", "spec", "status")} == spec
     from apiserver.apis.schema import (
+        BackupSchema,
+        BackupStatusSchema,
         HibernationSchema,
         KubeInKubeConfigSchema,
         VirtualClusterSpecSchema,
@@ -409,14 +411,16 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
 
     assert set(VirtualClusterSpecSchema().fields) == {
         "externalIP", "externalIps", "promotePolicies", "promoteResources", "kubeInKubeConfig", "kubeconfig",
-        "hibernation"}
+        "hibernation", "backup"}
     assert set(HibernationSchema().fields) == {"hibernated", "afterInactivity", "wakeOnAccess"}
+    assert set(BackupSchema().fields) == {"schedule", "keep"}
+    assert set(BackupStatusSchema().fields) == {"name", "time", "revision", "sizeBytes", "verified"}
     assert set(KubeInKubeConfigSchema().fields) == {
         "apiServerReplicas", "apiServerServiceType", "externalPort", "forceDestroy", "etcdStorageClass",
         "etcdUnitSize", "clusterCIDR"}
     assert set(VirtualClusterStatusSchema().fields) == {
         "phase", "reason", "message", "updateTime", "observedGeneration", "conditions", "controlPlaneEndpoint",
-        "port", "nodes"}
+        "port", "nodes", "backups"}
 
 
 # --------------------------------------------------------------------------- the fast path
