@@ -27,8 +27,11 @@ from apiserver.registry.store import Registry
 from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
+from reconciler.backup import schedule
+from reconciler.backup.snapshots import SnapshotStore, snapshot_name
 from reconciler.controlplane import status
 from reconciler.controlplane.status import (
+    Backups,
     Hibernation,
     Observed,
     Outcome,
@@ -71,8 +74,10 @@ def service_ip(cidr: str = SERVICE_CIDR) -> str:
 
 class ControlPlaneController:
     def __init__(self, registry: Registry, runtime: ControlPlaneRuntime | None, secrets: SecretStore | None,
-                 events: EventRecorder, nodes: NodePromoter | None = None) -> None:
+                 events: EventRecorder, nodes: NodePromoter | None = None,
+                 snapshots: SnapshotStore | None = None) -> None:
         self.registry = registry
+        self.snapshots = snapshots
         self.nodes = nodes
         self.runtime = runtime
         self.secrets = secrets
@@ -121,7 +126,43 @@ class ControlPlaneController:
             await self._hibernate(obj, runtime, why)
             return
         seen = await self._observe(obj, runtime, secrets)
+        if seen.state is not None and seen.state.ready and self.snapshots is not None:
+            seen = replace(seen, backups=await self._backup(obj, runtime, self.snapshots))
         await self._finish(obj, status.built(obj, seen, runtime.name, now_rfc3339()))
+
+    # -- backups ---------------------------------------------------------------------
+
+    async def _backup(self, obj: Obj, runtime: ControlPlaneRuntime, store: SnapshotStore) -> Backups | None:
+        """Take the snapshot that is due (spec.backup's schedule, or the annotation asking for one), verify
+        it, keep the newest spec.backup.keep; the snapshots kept, and when to look again. A snapshot that
+        fails is an Event, and is tried again shortly."""
+        spec = schedule.spec_of(obj)
+        if spec is None:
+            return None
+        meta = obj["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        now = dt.datetime.now(dt.UTC)
+        kept = await asyncio.to_thread(store.list, namespace, name)
+        last = dt.datetime.fromisoformat(kept[-1].time) if kept else None
+        due, next_at = schedule.due(obj, now, last)
+        if not due:
+            return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
+        snapshot = snapshot_name(name, now)
+        await asyncio.to_thread(store.prepare, namespace, name)
+        try:
+            revision = await runtime.snapshot(obj, store.path(namespace, name, snapshot))
+            taken = await asyncio.to_thread(store.record, namespace, name, snapshot, now, revision)
+        except RuntimeFailure as e:
+            await self.events.record(obj, "Warning", e.reason, e.message)
+            return Backups([s.status() for s in kept], status.RUNTIME_RETRY)
+        if taken.problem:
+            await self.events.record(obj, "Warning", "SnapshotInvalid",
+                                     f"snapshot {snapshot} failed verification and was removed: {taken.problem}")
+            return Backups([s.status() for s in kept], status.RUNTIME_RETRY)
+        kept = await asyncio.to_thread(store.prune, namespace, name, spec.keep)
+        await self.events.record(obj, "Normal", "SnapshotTaken", f"snapshot {snapshot} of the tenant's etcd at "
+                                                                 f"revision {revision}, {taken.size} bytes, verified")
+        return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
 
     # -- hibernation -----------------------------------------------------------------
 

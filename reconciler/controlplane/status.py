@@ -82,14 +82,24 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Backups:
+    """The snapshots kept (``status.backups``) and how soon the next one is due (None: never)."""
+
+    kept: list[Obj]
+    next_in: float | None = None
+
+
+@dataclass(frozen=True)
 class Observed:
     """What a build pass found: the runtime's failure or its state, then the nodes' report, or the
-    host (or tenant) not answering while the nodes were reconciled."""
+    host (or tenant) not answering while the nodes were reconciled; the snapshots where spec.backup
+    asks for them."""
 
     failure: RuntimeFailure | None = None
     state: ControlPlaneState | None = None
     nodes: NodeReport | None = None
     unreachable: str = ""
+    backups: Backups | None = None
 
 
 @dataclass(frozen=True)
@@ -298,6 +308,8 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
         return Outcome(status.result(), ("Warning" if state.reason != "Starting" else "Normal", state.reason,
                                          state.message), requeue_after=POLL)
     status.condition("ControlPlaneReady", True, state.reason, state.message)
+    if seen.backups is not None:
+        status.set(backups=seen.backups.kept)
     if seen.unreachable:
         return _unreachable(obj, status, "NodesReady", seen.unreachable)
     if not requests_nodes(obj.get("spec") or {}):
@@ -316,7 +328,10 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
     result = status.result()
     event = ("Normal", result.get("reason", "ControlPlaneReady"), result.get("message", state.message))
     # a ready control plane is still watched (crashed components come back); joining nodes more often
-    return Outcome(result, event, requeue_after=HEALTH_CHECK if result.get("phase") == "Completed" else NODE_POLL)
+    after = HEALTH_CHECK if result.get("phase") == "Completed" else NODE_POLL
+    if seen.backups is not None and seen.backups.next_in is not None:
+        after = max(min(after, seen.backups.next_in), 0.0)  # the next snapshot on time
+    return Outcome(result, event, requeue_after=after)
 
 
 def _nodes(obj: Obj, status: NextStatus, report: NodeReport, endpoint: str) -> None:

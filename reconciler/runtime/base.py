@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from certs.tenant import TenantPki
@@ -60,6 +61,11 @@ class ControlPlaneRuntime(Protocol):
     async def hibernate(self, vc: Obj) -> bool:
         """Stop every component of the control plane, keeping its data and whatever ``ensure`` needs to
         start it again as it was (same endpoint, same objects); idempotent. True once nothing of it runs."""
+
+    async def snapshot(self, vc: Obj, into: Path) -> int:
+        """Write a consistent snapshot of the tenant's etcd to ``into`` with etcd's snapshot API (the
+        stream as etcd sends it, its SHA-256 trailer included); returns the revision it holds.
+        Raises RuntimeFailure."""
 
     async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
         """When the tenant apiserver last served a request from a user (:mod:`.audit` says who does

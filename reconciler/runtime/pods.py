@@ -41,6 +41,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import aiohttp
@@ -324,6 +325,10 @@ class PodsRuntime:
                                      content_type="application/merge-patch+json",
                                      params={"fieldManager": FIELD_MANAGER})
         return not await self._list("Pod", namespace, selector)
+
+    async def snapshot(self, vc: Obj, into: Path) -> int:
+        raise RuntimeFailure("SnapshotsUnsupported", "the pods runtime does not take etcd snapshots yet (its "
+                                                     "storage is to be a PersistentVolumeClaim in the host namespace)")
 
     async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
         """The last audit event in the logs of the running apiserver pods since ``since``."""

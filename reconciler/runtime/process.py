@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 
+from apiserver.etcd.client import EtcdClient, EtcdConfig, EtcdError
 from certs import pki as pkilib
 from certs.tenant import TenantPki
 from reconciler.fileio import write_if_changed
@@ -49,6 +50,7 @@ MAX_BACKOFF = 30.0
 STOP_ORDER = (("kwok", "kube-controller-manager", "kube-scheduler"), ("kube-apiserver",), ("etcd",))
 STOP_GRACE = 10.0
 AUDIT_TAIL = 64 * 1024  # bytes read from the end of the audit log to find its last event
+SNAPSHOT_TIMEOUT = 600.0  # seconds a snapshot of a tenant's etcd may take (its keepalive finds a dead member sooner)
 
 
 def _last_event(path: Path) -> dt.datetime | None:
@@ -419,6 +421,42 @@ class ProcessRuntime:
             if sig == signal.SIGTERM:
                 log.warning("killing what did not stop within %.0fs of SIGTERM in %s: pids %s", STOP_GRACE, base,
                             sorted(pids))
+
+    async def snapshot(self, vc: Obj, into: Path) -> int:
+        """etcd's snapshot stream, over TLS with the apiserver's etcd client certificate, written to
+        ``into`` as it arrives (through a temporary file, so a broken stream leaves nothing). The
+        revision is etcd's as the snapshot starts: it holds every write up to it."""
+        meta = vc["metadata"]
+        base = self.dir(meta["namespace"], meta["name"])
+        state = self._read_state(meta["namespace"], meta["name"])
+        if state is None or not self.alive(self.pid(base, "etcd"), base):
+            raise RuntimeFailure("EtcdNotRunning", "the tenant's etcd is not running: no snapshot can be taken")
+        p = base / "pki"
+        client = EtcdClient(EtcdConfig([f"https://127.0.0.1:{state['ports']['etcd-client']}"],
+                                       cafile=str(p / "etcd-ca.crt"), certfile=str(p / "apiserver-etcd-client.crt"),
+                                       keyfile=str(p / "apiserver-etcd-client.key"), request_timeout=10.0))
+        partial = into.with_name(f".{into.name}.part")
+        revision = 0
+        try:
+            async with asyncio.timeout(SNAPSHOT_TIMEOUT):
+                await client.start()
+                revision = await client.current_revision(b"\0")
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    async for part in client.snapshot():
+                        out.write(part.blob)
+                    out.flush()
+                    os.fsync(out.fileno())
+            os.replace(partial, into)
+        except EtcdError as e:
+            raise RuntimeFailure("SnapshotFailed", f"taking a snapshot of the tenant's etcd: {e.message}") from None
+        except TimeoutError:
+            raise RuntimeFailure("SnapshotFailed", f"the tenant's etcd did not finish its snapshot within "
+                                                   f"{SNAPSHOT_TIMEOUT:.0f}s") from None
+        finally:
+            partial.unlink(missing_ok=True)
+            await client.close()
+        return revision
 
     async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
         """The last event of the apiserver's audit log (the newest of it and its backup), read from its
