@@ -110,8 +110,28 @@ def build_state(args: argparse.Namespace, security: Security) -> ServerState:
     return ServerState(etcd=etcd, authenticator=security.authenticator, authorizer=security.authorizer,
                        metrics=metrics, version=version_info(), host=security.host, admission=admission,
                        secrets=secrets, max_kubeconfig_expiration=args.max_kubeconfig_expiration,
+                       wake_estimate=wake_estimate(args.control_plane_runtime),
                        max_requests_inflight=args.max_requests_inflight,
                        max_mutating_requests_inflight=args.max_mutating_requests_inflight)
+
+
+def snapshot_dir(args: argparse.Namespace) -> Path | None:
+    """Where tenant snapshots are kept (the process runtime's; none for the others yet)."""
+    if args.control_plane_runtime != "process":
+        return None
+    return Path(args.snapshot_dir or Path(args.runtime_dir).resolve().parent / "snapshots").resolve()
+
+
+def wake_estimate(runtime: str) -> int:
+    """Seconds a hibernated control plane of ``runtime`` usually takes to be ready again (what the
+    kubeconfig subresource tells whoever wakes one); any replica answers it, reconciling or not."""
+    if runtime == "pods":
+        from reconciler.runtime.pods import PodsRuntime
+
+        return PodsRuntime.WAKE_ESTIMATE
+    from reconciler.runtime.process import ProcessRuntime
+
+    return ProcessRuntime.WAKE_ESTIMATE
 
 
 def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> ControlPlaneRuntime | None:
@@ -179,7 +199,8 @@ async def serve(args: argparse.Namespace) -> None:
         attach(app, registry=state.registry, cache=state.cache, etcd=state.etcd, host=state.host,
                events=state.events, secrets=state.secrets, runtime=build_runtime(args, security.host),
                lease_duration=args.leader_elect_lease_duration, identity=args.identity,
-               workers=args.concurrent_reconciles, joiner=build_joiner(args, state.host, state.secrets))
+               workers=args.concurrent_reconciles, joiner=build_joiner(args, state.host, state.secrets),
+               snapshot_dir=snapshot_dir(args))
     # Go's servers read up to 1 MiB of request line and headers; aiohttp's 8 KiB defaults would
     # refuse long label selectors and bearer tokens with a plain-text 400 instead of a Status.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, max_line_size=1 << 20,

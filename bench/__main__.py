@@ -20,11 +20,11 @@ from pathlib import Path
 
 import uvloop
 
-from . import config, controlplane, promotion, realnodes, report, suite
+from . import config, controlplane, hibernation, promotion, realnodes, report, suite
 from .workloads import log
 
 STEPS = ("get", "list", "kubectl", "update", "watch", "apply")
-PRODUCT_STEPS = ("controlplane", "promotion", "realnodes")  # the product's own work, against its floor
+PRODUCT_STEPS = ("controlplane", "promotion", "hibernation", "realnodes")  # the product's own work, against its floor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "local); env BENCH_VIA_AGGREGATOR")
     p.add_argument("--workdir", type=Path, help="keep data and logs here (default: a temporary directory, removed)")
     p.add_argument("--controlplane-rounds", type=int, default=3, help="create -> Ready rounds (ours and floor)")
+    p.add_argument("--hibernation-rounds", type=int, default=3, help="create, hibernate, wake rounds")
     p.add_argument("--promotion-nodes", type=int, default=int(os.environ.get("BENCH_PROMOTION_NODES", "5000")),
                    help="kwok nodes in the promotion benchmark's host")
     p.add_argument("--promotion-wanted", type=int, default=int(os.environ.get("BENCH_PROMOTION_WANTED", "500")),
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             nodes = max(int(args.promotion_nodes * min(args.scale, 1.0)), 50)
             wanted = max(int(args.promotion_wanted * min(args.scale, 1.0)), 5)
             product["promotion"] = uvloop.run(promotion.run(workdir / "promotion", nodes, wanted))
+        if only is None or "hibernation" in only:
+            product["hibernation"] = uvloop.run(hibernation.run(workdir / "hibernation",
+                                                                rounds=args.hibernation_rounds))
         if only is None or "realnodes" in only:
             product["realnodes"] = realnodes.run(workdir / "realnodes", rounds=args.realnodes_rounds, log=log)
     except BaseException:
@@ -94,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + controlplane.render(product["controlplane"]))
     if "promotion" in product:
         print("\n" + promotion.render(product["promotion"]))
+    if "hibernation" in product:
+        print("\n" + hibernation.render(product["hibernation"]))
     if "realnodes" in product:
         print("\n" + realnodes.render(product["realnodes"]))
     print(f"\nresults: {args.json}")

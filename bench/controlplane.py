@@ -79,7 +79,7 @@ async def floor_once(runtime: ProcessRuntime, pki: tenantpki.TenantPki, name: st
     ports = runtime.allocate_ports("127.0.0.1")
     (base / "state.json").write_text(json.dumps({"ports": ports}))
     endpoint = f"https://127.0.0.1:{ports['apiserver']}"
-    runtime.write_pki(base, pki, endpoint)
+    runtime.write_files(base, pki, endpoint)
     commands = runtime.commands(base, ports, "127.0.0.1")
     started = time.perf_counter()
     # The minimal correct order (the controller-manager exits if started before the apiserver has

@@ -16,6 +16,9 @@ from cryptography import x509
 from . import pki
 
 TENANT_ADMINS = "kosmos:tenant-admins"
+ADMIN_USER = "kubernetes-admin"  # the server's own credential for the tenant (system:masters)
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+SCHEDULER_USER = "system:kube-scheduler"
 VALIDITY_DAYS = 365
 RENEW_BEFORE = dt.timedelta(days=30)
 
@@ -23,9 +26,9 @@ RENEW_BEFORE = dt.timedelta(days=30)
 _LEAVES: dict[str, tuple[str, str, tuple[str, ...], tuple[x509.ObjectIdentifier, ...]]] = {
     "apiserver-etcd-client": ("etcd-ca", "kube-apiserver-etcd-client", (), (pki.CLIENT_AUTH,)),
     "front-proxy-client": ("front-proxy-ca", "front-proxy-client", (), (pki.CLIENT_AUTH,)),
-    "controller-manager": ("ca", "system:kube-controller-manager", (), (pki.CLIENT_AUTH,)),
-    "scheduler": ("ca", "system:kube-scheduler", (), (pki.CLIENT_AUTH,)),
-    "admin": ("ca", "kubernetes-admin", ("system:masters",), (pki.CLIENT_AUTH,)),
+    "controller-manager": ("ca", CONTROLLER_MANAGER_USER, (), (pki.CLIENT_AUTH,)),
+    "scheduler": ("ca", SCHEDULER_USER, (), (pki.CLIENT_AUTH,)),
+    "admin": ("ca", ADMIN_USER, ("system:masters",), (pki.CLIENT_AUTH,)),
     # the apiserver's identity to kubelets (logs, exec, port-forward), as kubeadm's apiserver-kubelet-client
     "apiserver-kubelet-client": ("ca", "kube-apiserver-kubelet-client", ("system:masters",), (pki.CLIENT_AUTH,)),
 }

@@ -23,6 +23,7 @@ from typing import Any
 from marshmallow import ValidationError, validates_schema
 
 from apiserver.apis.resource import VIRTUALCLUSTERS
+from apiserver.machinery import cron
 from apiserver.machinery.errors import Cause
 from apiserver.machinery.fields import (
     FIELDS_V1_REF,
@@ -32,6 +33,7 @@ from apiserver.machinery.fields import (
     Array,
     Bool,
     Check,
+    Duration,
     FreeObject,
     Int,
     KubeSchema,
@@ -59,7 +61,8 @@ from apiserver.machinery.validation import SELECTOR_OPERATORS, dns1123_subdomain
 
 DEFINITION_PREFIX = "io.kosmos.v1alpha1"
 
-PHASES = ("Pending", "Preparing", "Initialized", "Completed", "Updating", "Deleting")
+PHASES = ("Pending", "Preparing", "Initialized", "Completed", "Updating", "Hibernating", "Hibernated", "Waking",
+          "Deleting")
 NODE_PHASES = ("Claimed", "Joining", "Ready", "Releasing")
 CONDITION_STATUSES = ("True", "False", "Unknown")
 SERVICE_TYPES = ("nodePort", "hostNetwork")
@@ -162,6 +165,43 @@ class KubeInKubeConfigSchema(KubeSchema):
                       validate=Check(cidr_errors, format="cidr"))
 
 
+class HibernationSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.Hibernation"
+    DESCRIPTION = ("When the tenant control plane is stopped so that the virtual cluster costs the host nothing but "
+                   "its stored data: every component stopped (data kept) and every promoted node returned to the "
+                   "host, until it wakes.")
+
+    hibernated = Bool("Hibernate the virtual cluster now, and keep it hibernated until this is set to false (which "
+                      "wakes it with every object it had, and promotes nodes again by the same rules).")
+    afterInactivity = Duration("Hibernate by itself once the tenant apiserver has served no request from a user for "
+                               "this long (a Go duration such as 30m or 1h30m). Requests of the tenant's own "
+                               "components, nodes and service accounts, and of this server, do not count. Recorded "
+                               "in status only: the spec is unchanged.")
+    wakeOnAccess = Bool("Whether fetching the kubeconfig subresource of a virtual cluster hibernated for "
+                        "inactivity wakes it (the fetch answers 409 Conflict while it wakes).", default=True)
+
+
+def schedule_errors(value: str) -> list[str]:
+    """A CronJob's schedule rules (robfig/cron's standard parser, its messages)."""
+    try:
+        cron.parse(value)
+    except cron.CronError as e:
+        return [str(e)]
+    return []
+
+
+class BackupSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.Backup"
+    DESCRIPTION = ("Scheduled snapshots of the tenant's etcd, taken with etcd's snapshot API, verified, and kept "
+                   "in the server's snapshot storage; the newest are listed in status.backups.")
+
+    schedule = Str("When to take a snapshot, as a CronJob schedule in UTC: five fields (minute hour "
+                   "day-of-month month day-of-week), a descriptor such as @daily, or @every with a Go duration.",
+                   required=True, validate=Check(schedule_errors))
+    keep = Int("How many snapshots to keep: the oldest beyond this many are deleted.", validate=Range(min=1),
+               default=3)
+
+
 class VirtualClusterSpecSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterSpec"
     DESCRIPTION = "The desired state of a VirtualCluster."
@@ -179,13 +219,16 @@ class VirtualClusterSpecSchema(KubeSchema):
     kubeInKubeConfig = Obj(KubeInKubeConfigSchema, "Control-plane shape for the pods runtime.")
     kubeconfig = Str("Reserved for importing an existing cluster; never written by the server (credentials are "
                      "served by the kubeconfig subresource).")
+    hibernation = Obj(HibernationSchema, "Hibernation: stop the control plane and return the nodes, on demand or "
+                      "after inactivity, keeping every object of the tenant.")
+    backup = Obj(BackupSchema, "Scheduled, verified snapshots of the tenant's etcd.")
 
 
 class ConditionSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterCondition"
     DESCRIPTION = "One aspect of a VirtualCluster's state, as seen at a given generation."
 
-    type = Str("Type of condition: ControlPlaneReady, NodesReady or Ready.", required=True,
+    type = Str("Type of condition: ControlPlaneReady, NodesReady, Ready or Hibernated.", required=True,
                validate=Check(qualified_name_errors))
     status = Str("Status of the condition: True, False or Unknown.", required=True,
                  validate=OneOf(CONDITION_STATUSES))
@@ -205,25 +248,40 @@ class NodeStatusSchema(KubeSchema):
                 validate=OneOf(NODE_PHASES))
 
 
+class BackupStatusSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterBackup"
+    DESCRIPTION = "A snapshot of the tenant's etcd that is kept."
+
+    name = Str("Name of the snapshot, unique within the virtual cluster.", required=True)
+    time = Time("When the snapshot was taken.")
+    revision = Int("The etcd revision the snapshot holds the tenant's data at.", format="int64", validate=Range(min=0))
+    sizeBytes = Int("Size of the snapshot file in bytes.", format="int64", validate=Range(min=0))
+    verified = Bool("Whether the snapshot passed verification: etcd's SHA-256 of the data matches, and the data "
+                    "is a well-formed etcd database.")
+
+
 class VirtualClusterStatusSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterStatus"
     DESCRIPTION = "The observed state of a VirtualCluster, written by the reconciler through /status."
 
-    phase = Str("Lifecycle phase: Pending, Preparing, Initialized, Completed, Updating or Deleting. No phase is "
-                "terminal: failures are retried and explained in reason, message and conditions.",
+    phase = Str("Lifecycle phase: Pending, Preparing, Initialized, Completed, Updating, Hibernating, Hibernated, "
+                "Waking or Deleting. No phase is terminal: failures are retried and explained in reason, message and "
+                "conditions.",
                 validate=OneOf(PHASES))
     reason = Str("A machine-readable CamelCase reason for the last phase transition.")
     message = Str("A human-readable explanation of the last phase transition.")
     updateTime = Time("When the phase last changed.")
     observedGeneration = Int("The metadata.generation this status describes.", format="int64",
                              validate=Range(min=0))
-    conditions = Array(Obj(ConditionSchema), "ControlPlaneReady, NodesReady and Ready conditions; `kubectl wait "
-                       "--for=condition=Ready` waits on Ready.",
+    conditions = Array(Obj(ConditionSchema), "ControlPlaneReady, NodesReady and Ready conditions, and Hibernated "
+                       "where hibernation is used; `kubectl wait --for=condition=Ready` waits on Ready.",
                        validate=Unique(lambda c: c.get("type"), "type"))
     controlPlaneEndpoint = Str("URL (https://host:port) of the tenant kube-apiserver.")
     port = Int("Port of the tenant kube-apiserver.", validate=Range(1, 65535))
     nodes = Array(Obj(NodeStatusSchema), "Host nodes promoted into the virtual cluster and their phases.",
                   validate=Unique(lambda n: n.get("name"), "name"))
+    backups = Array(Obj(BackupStatusSchema), "The snapshots kept (spec.backup), oldest first.",
+                    validate=Unique(lambda b: b.get("name"), "name"))
 
 
 class OwnerReferenceSchema(KubeSchema):
@@ -354,6 +412,8 @@ def unknown_fields(obj: dict[str, Any]) -> list[str]:
 def prune_unknown_fields(obj: dict[str, Any]) -> list[str]:
     """Drop, in place, every field :func:`unknown_fields` reports, and return their paths: what is
     stored is what is declared, as a structural CRD schema prunes (fieldValidation Warn and Ignore).
+    Then, as its defaulting does, a present object gets the declared defaults of the fields it lacks
+    (``spec.hibernation.wakeOnAccess: true``).
 
     Declared fields are stored in their declared type, as kube-apiserver stores a custom resource:
     a null where the field is optional is dropped (as it prunes nulls of non-nullable fields) and an

@@ -4,6 +4,11 @@ The client certificate's CN is the requesting user and its O is
 ``kosmos:tenant-admins`` (cluster-admin inside the tenant). It expires after
 ``expirationSeconds`` (default one day, at least 10 minutes, at most the server's
 limit). Each issuance is an Event on the VirtualCluster; the key is never logged.
+
+A cluster that is not ready answers 409 Conflict saying why. One hibernated for inactivity with
+``spec.hibernation.wakeOnAccess`` (the default) is woken by the fetch: the server records the wake
+request (the annotation ``kosmos.io/wake-requested``, which the reconciler acts on) and the 409
+says it is waking and about how long that takes, with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ from typing import Any
 
 from aiohttp import web
 
+from apiserver.apis import hibernation
 from apiserver.apis.conditions import find_condition
 from apiserver.auth.authn import UserInfo
 from apiserver.endpoints import negotiation as wire
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
+from apiserver.machinery.timefmt import now_rfc3339
+from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
 from apiserver.storage.secrets import SecretStore, load_pki
 from certs import pki
@@ -26,6 +34,7 @@ from certs.tenant import TENANT_ADMINS
 
 DEFAULT_EXPIRATION = 86400
 MIN_EXPIRATION = 600
+FIELD_MANAGER = "vc-apiserver"  # the manager of the wake request it writes (the server's own name)
 
 
 def _ready(obj: dict[str, Any]) -> bool:
@@ -47,17 +56,57 @@ def expiration(query: Any, maximum: int) -> int:
 
 class KubeconfigIssuer:
     def __init__(self, registry: Registry, secrets: SecretStore | None, events: EventRecorder,
-                 max_expiration: int) -> None:
+                 max_expiration: int, wake_estimate: int = 30) -> None:
         self.registry = registry
         self.secrets = secrets
         self.events = events
         self.max_expiration = max_expiration
+        self.wake_estimate = wake_estimate  # seconds a hibernated control plane usually takes to be ready
+
+    def _conflict(self, name: str, message: str, retry_after: int | None = None) -> errors.ApiError:
+        info = self.registry.info
+        return errors.ApiError(409, "Conflict", f'{info.qualified} "{name}" {message}', name=name, group=info.group,
+                               kind=info.resource, retry_after=retry_after,
+                               headers={"Retry-After": str(retry_after)} if retry_after else {})
 
     def _not_ready(self, name: str, phase: str, detail: str = "") -> errors.ApiError:
-        info = self.registry.info
-        message = f'{info.qualified} "{name}" is not ready: phase is {phase or "Pending"}'
-        return errors.ApiError(409, "Conflict", message + (f"; {detail}" if detail else ""),
-                               name=name, group=info.group, kind=info.resource)
+        return self._conflict(name, f"is not ready: phase is {phase or 'Pending'}" + (f"; {detail}" if detail else ""))
+
+    def _waking(self, name: str) -> errors.ApiError:
+        return self._conflict(name, f"is waking up from hibernation: its control plane is usually ready in about "
+                                    f"{self.wake_estimate}s (its nodes follow); retry then, or wait with kubectl wait "
+                                    f"--for=condition=Ready", retry_after=self.wake_estimate)
+
+    async def _hibernated(self, obj: dict[str, Any]) -> errors.ApiError | None:
+        """The answer for a hibernated or waking cluster (None for any other); a fetch wakes a cluster
+        hibernated for inactivity when its spec allows it."""
+        name = obj["metadata"]["name"]
+        why = hibernation.asleep(obj)
+        if why == hibernation.SPEC:
+            return self._conflict(name, "is hibernated: spec.hibernation.hibernated is true; set it to false to "
+                                        "wake it")
+        if why == hibernation.INACTIVE:
+            if not hibernation.spec_of(obj).wake_on_access:
+                return self._conflict(name, f"is hibernated after inactivity and spec.hibernation.wakeOnAccess is "
+                                            f"false: to wake it, set the annotation {hibernation.WAKE_ANNOTATION} to "
+                                            f"the current time (RFC 3339)")
+            if not hibernation.wake_pending(obj):
+                await self._request_wake(obj)
+            return self._waking(name)
+        if (obj.get("status") or {}).get("phase") == "Waking":
+            return self._waking(name)
+        return None
+
+    async def _request_wake(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+
+        async def annotated(current: dict[str, Any]) -> dict[str, Any]:
+            notes = current["metadata"].setdefault("annotations", {})
+            notes[hibernation.WAKE_ANNOTATION] = now_rfc3339()
+            return current
+        await self.registry.update_with(meta["namespace"], meta["name"], annotated,
+                                        WriteOptions(field_manager=FIELD_MANAGER))
+        await self.events.record(obj, "Normal", "WakeRequested", "kubeconfig fetched: waking the virtual cluster")
 
     async def handle(self, request: web.Request) -> web.Response:
         target = wire.negotiate(request.headers.get("Accept"), allow_as=False)
@@ -69,6 +118,9 @@ class KubeconfigIssuer:
             raise self._not_ready(name, "Deleting")
         if self.secrets is None:
             raise self._not_ready(name, phase, "no control-plane runtime is configured")
+        asleep = await self._hibernated(obj)
+        if asleep is not None:
+            raise asleep
         if not _ready(obj):
             raise self._not_ready(name, phase)
         tenant = await load_pki(self.secrets, obj)

@@ -25,6 +25,7 @@ from apiserver.apis.resource import VIRTUALCLUSTERS as VC
 from apiserver.apis.schema import ListMetaSchema, VirtualClusterListSchema, VirtualClusterSchema
 from apiserver.endpoints.patch import ACCEPTED as ACCEPTED_PATCH_TYPES
 from apiserver.machinery.fields import (
+    DEFAULT,
     FIELDS_V1_REF,
     META,
     QUANTITY_REF,
@@ -211,6 +212,8 @@ def _ref(name: str, v3: bool) -> str:
 def _property(fld: fields.Field, v3: bool) -> dict[str, Any]:
     prop = _json_schema(fld, v3)
     prop.update(merge_extensions(fld))
+    if DEFAULT in fld.metadata:
+        prop["default"] = fld.metadata[DEFAULT]
     description = fld.metadata.get("description")
     if description:
         prop["description"] = description

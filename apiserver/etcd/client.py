@@ -48,6 +48,8 @@ from apiserver.etcd.messages import (
     RangeRequest,
     RangeResponse,
     RequestOp,
+    SnapshotRequest,
+    SnapshotResponse,
     StatusRequest,
     StatusResponse,
     TxnRequest,
@@ -292,6 +294,36 @@ class EtcdClient:
     async def status(self) -> None:
         """Ask the current member for its status: it answers, or this raises."""
         await self._call(MAINTENANCE + b"Status", StatusRequest(), StatusResponse, idempotent=True)
+
+    async def snapshot(self) -> AsyncIterator[SnapshotResponse]:
+        """etcd's snapshot of its whole backend, streamed in parts (Maintenance.Snapshot); the last is
+        the SHA-256 of the data before it, as etcd appends it. Raises EtcdError, EtcdUnavailable when
+        the stream breaks."""
+        if self._grpc is None:
+            raise RuntimeError("EtcdClient.start() was not awaited")
+        index = self._current
+        endpoint = self._endpoints[index]
+        try:
+            stream = await self._grpc.open_stream(endpoint, MAINTENANCE + b"Snapshot",
+                                                  SnapshotRequest().SerializeToString(), self.config.request_timeout,
+                                                  half_close=True)
+        except (TimeoutError, ConnectionError) as e:
+            self._move_past(index)
+            raise EtcdUnavailable(f"etcd snapshot failed: {type(e).__name__}: {e}".rstrip(": ")) from e
+        try:
+            while (message := await stream.next()) is not None:
+                yield SnapshotResponse.FromString(message)
+        except GrpcError as e:
+            raise self._error(f"etcd snapshot error: {e.message}", e.code) from None
+        except ReplyTooLarge as e:
+            raise EtcdError(f"etcd's snapshot reply: {e}", GRPC_RESOURCE_EXHAUSTED) from None
+        except DecodeError as e:
+            raise EtcdError(f"etcd's snapshot reply could not be decoded: {e}") from None
+        except ConnectionError as e:
+            self._move_past(index)
+            raise EtcdUnavailable(f"etcd snapshot stream broke: {e}") from e
+        finally:
+            stream.cancel()
 
     # -- watch -----------------------------------------------------------------------
 

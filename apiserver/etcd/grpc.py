@@ -521,10 +521,12 @@ class _Connection(asyncio.Protocol):
         if call.reply.done() and not call.reply.cancelled():
             call.reply.exception()  # nobody waits for it any more
 
-    async def open_stream(self, method: bytes, message: bytes) -> tuple[int, _StreamCall]:
-        """A call whose reply is a stream of messages, after one request message: (stream id, call)."""
+    async def open_stream(self, method: bytes, message: bytes, half_close: bool = False) -> tuple[int, _StreamCall]:
+        """A call whose reply is a stream of messages, after one request message: (stream id, call).
+        ``half_close``: that message is the only one (a server-streaming call such as a snapshot:
+        grpc-go waits for the client's end of stream before it serves one)."""
         call = _StreamCall(asyncio.get_running_loop().create_future(), 0)
-        return await self._start(method, message, call, end_stream=False), call
+        return await self._start(method, message, call, end_stream=half_close), call
 
     async def _start(self, method: bytes, message: bytes, call: _Call, end_stream: bool) -> int:
         if not self.settled.is_set():
@@ -698,11 +700,13 @@ class GrpcConnections:
             raise GrpcError(GRPC_UNKNOWN, "etcd ended the stream without a reply")
         return reply
 
-    async def open_stream(self, endpoint: Endpoint, method: bytes, message: bytes, timeout: float) -> ServerStream:
-        """Start a call that streams its replies; ``timeout`` bounds connecting and sending only."""
+    async def open_stream(self, endpoint: Endpoint, method: bytes, message: bytes, timeout: float,
+                          half_close: bool = False) -> ServerStream:
+        """Start a call that streams its replies; ``timeout`` bounds connecting and sending only;
+        ``half_close`` as :meth:`_Connection.open_stream` says."""
         async with asyncio.timeout(timeout):
             conn = await self._connection(endpoint, streams=True)
-            stream, call = await conn.open_stream(method, message)
+            stream, call = await conn.open_stream(method, message, half_close)
         return ServerStream(conn, stream, call)
 
     def close(self) -> None:

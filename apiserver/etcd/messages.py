@@ -36,6 +36,8 @@ from apiserver.etcd.pb.rpc_pb2 import (
     RequestOp,
     ResponseHeader,
     ResponseOp,
+    SnapshotRequest,
+    SnapshotResponse,
     StatusRequest,
     StatusResponse,
     TxnRequest,
@@ -50,7 +52,7 @@ __all__ = [
     "DeleteRangeResponse", "Event", "KeyValue", "LeaseGrantRequest", "LeaseGrantResponse",
     "LeaseKeepAliveRequest", "LeaseKeepAliveResponse", "LeaseRevokeRequest", "LeaseRevokeResponse",
     "PutRequest", "PutResponse", "RangeRequest", "RangeResponse", "RequestOp", "ResponseHeader", "ResponseOp",
-    "StatusRequest", "StatusResponse", "TxnRequest", "TxnResponse", "WatchCreateRequest", "WatchRequest",
+    "SnapshotRequest", "SnapshotResponse", "StatusRequest", "StatusResponse", "TxnRequest", "TxnResponse", "WatchCreateRequest", "WatchRequest",
     "WatchResponse", "compare_absent", "compare_mod_revision", "compare_value", "key_bytes", "op_delete",
     "op_put",
 ]

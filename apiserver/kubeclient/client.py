@@ -76,9 +76,10 @@ class KubeClient:
         return {"Authorization": f"Bearer {auth.token}"} if auth.token else {}
 
     async def request(self, method: str, path: str, *, body: Any = None, params: dict[str, str] | None = None,
-                      content_type: str = "application/json", timeout: float | None = None) -> Any:
-        """One request; returns the decoded JSON body of a 2xx answer. A 401 to a credential that has
-        meanwhile rotated (an exec plugin's, a token file's) is tried once more with the new one."""
+                      content_type: str = "application/json", timeout: float | None = None, raw: bool = False) -> Any:
+        """One request; returns the decoded JSON body of a 2xx answer (``raw``: its bytes, for the
+        answers that are not JSON, such as a pod's log). A 401 to a credential that has meanwhile
+        rotated (an exec plugin's, a token file's) is tried once more with the new one."""
         data = None
         if body is not None:
             data = body if isinstance(body, bytes) else orjson.dumps(body)
@@ -92,17 +93,19 @@ class KubeClient:
                         method, self.access.server + path, data=data, params=params, headers=headers,
                         server_hostname=self.access.tls_server_name or None,
                         timeout=aiohttp.ClientTimeout(total=timeout or self.timeout, sock_connect=3)) as resp:
-                    raw = await resp.read()
+                    answer = await resp.read()
                     status = resp.status
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 raise HostUnavailable(f"{self.server}: {method} {path}: {type(e).__name__}: {e}") from e
             if status != 401 or last_try or not await self.credentials.rejected(auth):
                 break
             auth = await self.credentials.current()
+        if raw and status < 400:
+            return answer
         try:
-            decoded = orjson.loads(raw) if raw else {}
+            decoded = orjson.loads(answer) if answer else {}
         except orjson.JSONDecodeError:
-            decoded = {"message": raw.decode(errors="replace")[:500]}
+            decoded = {"message": answer.decode(errors="replace")[:500]}
         if status >= 400:
             raise HostError(status, decoded if isinstance(decoded, dict) else {"message": str(decoded)})
         return decoded

@@ -5,6 +5,7 @@ definitions OpenAPI publishes. :mod:`apiserver.apis.schema` declares the Virtual
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -22,7 +23,7 @@ from apiserver.machinery.errors import (
     FIELD_VALUE_TYPE_INVALID,
     Cause,
 )
-from apiserver.machinery.golang import MAX_INT64, MIN_INT64, go_bad_value
+from apiserver.machinery.golang import MAX_INT64, MIN_INT64, go_bad_value, parse_duration
 from apiserver.machinery.quantity import QuantityError, parse_quantity
 from apiserver.machinery.selectors import label_key_errors
 from apiserver.machinery.validation import (
@@ -239,6 +240,7 @@ class Unique(validate.Validator):
         return items
 
 
+DEFAULT = "default"  # the metadata key of a field's default (see KubeField.options)
 LIST_TYPE = "x-kubernetes-list-type"
 LIST_MAP_KEYS = "x-kubernetes-list-map-keys"
 MAP_TYPE = "x-kubernetes-map-type"
@@ -323,8 +325,14 @@ class KubeField(fields.Field):
 
     @staticmethod
     def options(description: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """marshmallow's options from ours: ``default=`` is the value a structural schema's
+        defaulting gives the field when its object is present without it (:func:`prune`), and
+        what OpenAPI publishes as ``default``."""
         kwargs.setdefault("allow_none", not kwargs.get("required", False))
-        kwargs["metadata"] = {**kwargs.get("metadata", {}), "description": description}
+        metadata = {**kwargs.get("metadata", {}), "description": description}
+        if "default" in kwargs:
+            metadata[DEFAULT] = kwargs.pop("default")
+        kwargs["metadata"] = metadata
         return kwargs
 
 
@@ -365,6 +373,35 @@ class Bool(KubeField, fields.Boolean):
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         if not isinstance(value, bool):
             raise _wrong_type("boolean", value)
+        return value
+
+
+def duration_errors(value: str) -> list[str]:
+    """A positive Go duration (``time.ParseDuration``); unparsable ones are type errors (:class:`Duration`)."""
+    nanoseconds = parse_duration(value)
+    return [] if nanoseconds is None or nanoseconds > 0 else ["must be a positive duration"]
+
+
+class Duration(Str):
+    """A metav1.Duration: a string Go's ``time.ParseDuration`` reads (``30m``, ``1h30m``, ``90s``),
+    positive; published as a string of format ``duration``.
+
+    Stricter than a CRD's ``format: duration`` (go-openapi's, which also takes ``1d`` and ``0s``):
+    what is stored is what the reconciler acts on. A value that is not a string is refused as a CRD
+    refuses it, by its format, naming Go's type of a JSON number (``int64``, ``float64``) and
+    nothing for the rest."""
+
+    def __init__(self, description: str = "", **kwargs: Any) -> None:
+        kwargs["validate"] = [Check(duration_errors, format="duration"), *kwargs.get("validate", [])]
+        super().__init__(description, **kwargs)
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, str):
+            go_type = "" if isinstance(value, bool) else "int64" if isinstance(value, int) else \
+                "float64" if isinstance(value, float) else ""
+            raise fail(Problem(FIELD_VALUE_INVALID, value=go_type, expected_type="duration"))
+        if parse_duration(value) is None:
+            raise fail(Problem(FIELD_VALUE_INVALID, value=value, expected_type="duration"))
         return value
 
 
@@ -619,9 +656,26 @@ def _unknown_in_schema(schema: Schema, value: Any, path: str, normalize: bool = 
     return out
 
 
+_DEFAULTS: dict[type[Schema], tuple[tuple[str, Any], ...]] = {}
+
+
+def defaults_of(schema: Schema) -> tuple[tuple[str, Any], ...]:
+    """(JSON key, default) of every field of ``schema`` that declares a default."""
+    found = _DEFAULTS.get(type(schema))
+    if found is None:
+        found = _DEFAULTS[type(schema)] = tuple(
+            (fld.data_key or attr, fld.metadata[DEFAULT]) for attr, fld in schema.fields.items()
+            if DEFAULT in fld.metadata)
+    return found
+
+
 def _walk_schema(schema: Schema, value: Any, path: str, out: list[Unknown], normalize: bool) -> None:
     if not isinstance(value, dict):
         return
+    if normalize:  # structural defaulting: a present object gets the defaults of the fields it lacks
+        for key, default in defaults_of(schema):
+            if value.get(key) is None:
+                value[key] = copy.deepcopy(default)
     for key in list(value) if normalize else value:
         sub = value[key]
         fld = field_of(schema, str(key))
@@ -684,8 +738,9 @@ def unknown_in(schema: Schema, obj: dict[str, Any]) -> list[str]:
 
 
 def prune(schema: Schema, obj: dict[str, Any]) -> list[str]:
-    """Drop, in place, what ``schema`` does not declare and store what it does in its declared type
-    (see :func:`apiserver.apis.schema.prune_unknown_fields`); returns the dropped paths."""
+    """Drop, in place, what ``schema`` does not declare, store what it does in its declared type and
+    fill in declared defaults (see :func:`apiserver.apis.schema.prune_unknown_fields`); returns the
+    dropped paths."""
     found = _unknown_in_schema(schema, obj, "", normalize=True)
     for holder, key, _ in found:
         holder.pop(key, None)

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 __all__ = ["MAX_INT64", "MIN_INT64", "byte_len", "go_bad_value", "go_float", "go_json", "go_quote",
-           "parse_int64", "parse_int_error", "parse_uint64"]
+           "parse_duration", "parse_int64", "parse_int_error", "parse_uint64"]
 
 MAX_INT64 = 2**63 - 1
 MIN_INT64 = -(2**63)
@@ -108,3 +108,39 @@ def parse_uint64(s: str, maximum: int = MAX_INT64) -> int | None:
         return None
     n = int(s)
     return n if n <= maximum else None
+
+
+# Go's time.ParseDuration units, in nanoseconds (both micro signs, as Go accepts them).
+_DURATION_UNITS = {"ns": 1, "us": 10**3, "\u00b5s": 10**3, "\u03bcs": 10**3, "ms": 10**6, "s": 10**9,
+                   "m": 60 * 10**9, "h": 3600 * 10**9}
+_DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
+
+
+def parse_duration(s: str) -> int | None:
+    """Go's ``time.ParseDuration``: a signed sequence of decimal numbers, each with an optional
+    fraction and a unit (``300ms``, ``1.5h``, ``2h45m``; ``0`` alone needs none), in nanoseconds
+    within int64; None where Go answers an error."""
+    text, negative = s, False
+    if text[:1] in ("-", "+"):
+        negative, text = text[0] == "-", text[1:]
+    if text == "0":
+        return 0
+    if not text:
+        return None
+    total = 0
+    while text:
+        part = _DURATION_PART.match(text)
+        whole, fraction, unit = part.group(1), part.group(2), part.group(3)
+        if not whole and not fraction:  # "." or a unit with no number
+            return None
+        scale = _DURATION_UNITS.get(unit)
+        if scale is None:  # missing or unknown unit
+            return None
+        value = int(whole or "0") * scale
+        if fraction:
+            value += int(int(fraction) * (scale / 10 ** len(fraction)))  # Go adds the fraction as a float64
+        total += value
+        if total > MAX_INT64 + (1 if negative else 0):
+            return None
+        text = text[part.end():]
+    return -total if negative else total

@@ -103,8 +103,8 @@ class Strategy(Protocol):
         """Causes of a status being invalid."""
 
     def prune(self, obj: Obj) -> list[str]:
-        """Drop the fields the schema does not know before storing (as a structural schema does);
-        returns their paths, for fieldValidation."""
+        """Drop the fields the schema does not know before storing and fill in declared defaults (as a
+        structural schema prunes and defaults); returns the dropped paths, for fieldValidation."""
 
     def cells(self, obj: Obj) -> list[Any]:
         """One Table row."""

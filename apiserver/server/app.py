@@ -56,6 +56,7 @@ class ServerState:
     admission: list[Admission] = field(default_factory=list)
     secrets: SecretStore | None = None
     max_kubeconfig_expiration: int = 365 * 86400
+    wake_estimate: int = 30  # seconds a hibernated control plane of the configured runtime takes to wake
     max_requests_inflight: int = 400
     max_mutating_requests_inflight: int = 200
     events: EventRecorder = field(init=False)
@@ -102,7 +103,8 @@ def build_app(state: ServerState) -> web.Application:
     state.readiness_checks.setdefault("watch-cache", cache_check)
 
     state.events = EventRecorder(state.host)
-    kubeconfig = KubeconfigIssuer(state.registry, state.secrets, state.events, state.max_kubeconfig_expiration)
+    kubeconfig = KubeconfigIssuer(state.registry, state.secrets, state.events, state.max_kubeconfig_expiration,
+                                  state.wake_estimate)
 
     async def version(request: web.Request) -> web.Response:
         return wire.render(state.version)

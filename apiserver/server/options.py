@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="how tenant control planes run: process = local processes (playground, tests); "
                         "pods = workloads in the host cluster (production)")
     p.add_argument("--runtime-dir", default=".local/tenants", help="process runtime: tenant data directories")
+    p.add_argument("--snapshot-dir", default="",
+                   help="process runtime: where snapshots of tenant etcds (spec.backup) are kept; default: a "
+                        "directory snapshots beside --runtime-dir")
     p.add_argument("--runtime-bin-dir", default=".local/bin",
                    help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler are")
     p.add_argument("--tenant-port-range", default="20000-29999",

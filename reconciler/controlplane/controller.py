@@ -1,7 +1,9 @@
 """The control-plane controller: each VirtualCluster gets a tenant control plane, and loses it on delete.
 
-A pass acts (PKI, runtime, nodes, teardown), then writes the status it leads to once: the status
-itself is computed from the object and what the pass observed by :mod:`.status`, with no I/O.
+A pass acts (PKI, runtime, nodes, hibernation, teardown), then writes the status it leads to once:
+the status itself is computed from the object and what the pass observed by :mod:`.status`, with no
+I/O. Whether the cluster should be hibernated is decided there too, from the spec, the status and
+the last user request the runtime has seen (read only once ``afterInactivity`` could have passed).
 The finalizer's removal at the end of a deletion is a separate write, of metadata. Failures are
 reported in conditions and retried with back-off; no phase is a dead end.
 """
@@ -9,10 +11,12 @@ reported in conditions and retried with back-off; no phase is a dead end.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
+from apiserver.apis import hibernation as sleep
 from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
@@ -23,8 +27,18 @@ from apiserver.registry.store import Registry
 from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
+from reconciler.backup import schedule
+from reconciler.backup.snapshots import SnapshotStore, snapshot_name
 from reconciler.controlplane import addons, status
-from reconciler.controlplane.status import Observed, Outcome, patch_object, write_status
+from reconciler.controlplane.status import (
+    Backups,
+    Hibernation,
+    Observed,
+    Outcome,
+    Stopping,
+    patch_object,
+    write_status,
+)
 from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.nodes.selection import requests_nodes
@@ -60,14 +74,17 @@ def service_ip(cidr: str = SERVICE_CIDR) -> str:
 
 class ControlPlaneController:
     def __init__(self, registry: Registry, runtime: ControlPlaneRuntime | None, secrets: SecretStore | None,
-                 events: EventRecorder, nodes: NodePromoter | None = None) -> None:
+                 events: EventRecorder, nodes: NodePromoter | None = None,
+                 snapshots: SnapshotStore | None = None) -> None:
         self.registry = registry
+        self.snapshots = snapshots
         self.nodes = nodes
         self.runtime = runtime
         self.secrets = secrets
         self.events = events
         self._unanswered: dict[str, int] = {}  # by uid: consecutive unanswered checks of a ready control plane
         self._addons_applied: dict[str, str] = {}  # by uid: digest of the add-ons last applied
+        self._last_request: dict[str, dt.datetime] = {}  # by uid: the latest user request seen in the audit log
 
     async def reconcile(self, namespace: str, name: str) -> None:
         try:
@@ -105,8 +122,92 @@ class ControlPlaneController:
         if not (obj.get("status") or {}).get("phase"):  # accepted: Pending is a pass of its own
             await self._finish(obj, status.accepted(obj, now_rfc3339()))
             return
+        why = await self._hibernation(obj, runtime)
+        if why is not None:
+            await self._hibernate(obj, runtime, why)
+            return
         seen = await self._observe(obj, runtime, secrets)
+        if seen.state is not None and seen.state.ready and self.snapshots is not None:
+            seen = replace(seen, backups=await self._backup(obj, runtime, self.snapshots))
         await self._finish(obj, status.built(obj, seen, runtime.name, now_rfc3339()))
+
+    # -- backups ---------------------------------------------------------------------
+
+    async def _backup(self, obj: Obj, runtime: ControlPlaneRuntime, store: SnapshotStore) -> Backups | None:
+        """Take the snapshot that is due (spec.backup's schedule, or the annotation asking for one), verify
+        it, keep the newest spec.backup.keep; the snapshots kept, and when to look again. A snapshot that
+        fails is an Event, and is tried again shortly."""
+        spec = schedule.spec_of(obj)
+        if spec is None:
+            return None
+        meta = obj["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        now = dt.datetime.now(dt.UTC)
+        kept = await asyncio.to_thread(store.list, namespace, name)
+        last = dt.datetime.fromisoformat(kept[-1].time) if kept else None
+        due, next_at = schedule.due(obj, now, last)
+        if not due:
+            return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
+        snapshot = snapshot_name(name, now)
+        await asyncio.to_thread(store.prepare, namespace, name)
+        try:
+            revision = await runtime.snapshot(obj, store.path(namespace, name, snapshot))
+            taken = await asyncio.to_thread(store.record, namespace, name, snapshot, now, revision)
+        except RuntimeFailure as e:
+            await self.events.record(obj, "Warning", e.reason, e.message)
+            return Backups([s.status() for s in kept], status.RUNTIME_RETRY)
+        if taken.problem:
+            await self.events.record(obj, "Warning", "SnapshotInvalid",
+                                     f"snapshot {snapshot} failed verification and was removed: {taken.problem}")
+            return Backups([s.status() for s in kept], status.RUNTIME_RETRY)
+        kept = await asyncio.to_thread(store.prune, namespace, name, spec.keep)
+        await self.events.record(obj, "Normal", "SnapshotTaken", f"snapshot {snapshot} of the tenant's etcd at "
+                                                                 f"revision {revision}, {taken.size} bytes, verified")
+        return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
+
+    # -- hibernation -----------------------------------------------------------------
+
+    async def _hibernation(self, obj: Obj, runtime: ControlPlaneRuntime) -> Hibernation | None:
+        """Whether the cluster should be hibernated (:func:`.status.hibernation`). The runtime's audit
+        log is read only once afterInactivity has passed since the last request already seen; a
+        runtime that cannot tell leaves the cluster running."""
+        uid = obj["metadata"].get("uid", "")
+        now = dt.datetime.now(dt.UTC)
+        known = self._last_request.get(uid)
+        after = sleep.spec_of(obj).after_inactivity
+        if after is not None and status.inactivity_due(obj, now, known):
+            try:
+                found = await runtime.last_request(obj, now - after)
+            except RuntimeFailure as e:
+                meta = obj["metadata"]
+                log.warning("%s/%s stays awake: %s", meta["namespace"], meta["name"], e.message)
+                return None
+            if found is not None and (known is None or found > known):
+                known = self._last_request[uid] = found
+        return status.hibernation(obj, now, known)
+
+    async def _hibernate(self, obj: Obj, runtime: ControlPlaneRuntime, why: Hibernation) -> None:
+        """Nodes back to the host as on delete (the tenant still answers, so they leave it cleanly),
+        then the control plane stopped with its data kept. The phase says Hibernating first. Once
+        Hibernated no node can have been claimed for it (claims are made only while it is awake),
+        so a resync of a sleeping cluster asks the host nothing: it only makes sure nothing runs."""
+        phase = (obj.get("status") or {}).get("phase")
+        if phase not in sleep.HIBERNATION_PHASES:
+            await self._finish(obj, status.hibernating(obj, why, now_rfc3339()))
+            return
+        self._unanswered.pop(obj["metadata"].get("uid", ""), None)
+        if self.nodes is not None and phase != "Hibernated":
+            try:
+                await self._release_nodes(obj, self.nodes)
+            except (HostUnavailable, HostError) as e:
+                _raise_unless_unreachable(e)
+                await self._finish(obj, status.hibernated(obj, why, Stopping(unreachable=str(e)), now_rfc3339()))
+                return
+        try:
+            seen = Stopping(stopped=await runtime.hibernate(obj))
+        except RuntimeFailure as e:
+            seen = Stopping(failure=e)
+        await self._finish(obj, status.hibernated(obj, why, seen, now_rfc3339()))
 
     async def _observe(self, obj: Obj, runtime: ControlPlaneRuntime, secrets: SecretStore) -> Observed:
         """Build, adopt or repair the control plane, then its nodes; what was found, for the status."""
@@ -215,6 +316,7 @@ class ControlPlaneController:
         meta = obj["metadata"]
         self._unanswered.pop(meta.get("uid", ""), None)
         self._addons_applied.pop(meta.get("uid", ""), None)
+        self._last_request.pop(meta.get("uid", ""), None)
         if FINALIZER not in (meta.get("finalizers") or []):
             return
         if (obj.get("status") or {}).get("phase") != "Deleting":  # the phase says so before the teardown

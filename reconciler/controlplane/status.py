@@ -7,14 +7,18 @@ writes the status once, through ``/status``, guarded by the object's resourceVer
 
 Phases as API.md says: ``Pending`` (accepted) → ``Preparing`` (PKI and components being built) →
 ``Initialized`` (control plane ready, nodes joining) → ``Completed``; ``Updating`` while nodes
-change under a completed cluster; ``Deleting`` during teardown.
+change under a completed cluster; ``Hibernating`` → ``Hibernated`` → ``Waking`` (then on as a
+build) when hibernation is asked for or inactivity calls for it (:func:`hibernation`);
+``Deleting`` during teardown.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from apiserver.apis import hibernation as sleep
 from apiserver.apis.conditions import find_condition, set_condition
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import merge_patch
@@ -27,6 +31,7 @@ from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, RuntimeFai
 Obj = dict[str, Any]
 
 CONDITIONS = ("ControlPlaneReady", "NodesReady", "Ready")
+HIBERNATED = sleep.CONDITION
 NO_RUNTIME_REASON = "NoControlPlaneRuntime"
 NO_RUNTIME_MESSAGE = "no control-plane runtime is configured (--control-plane-runtime); the control plane will not be built"
 NO_PROMOTION_REASON = "NodePromotionUnavailable"
@@ -77,14 +82,163 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Backups:
+    """The snapshots kept (``status.backups``) and how soon the next one is due (None: never)."""
+
+    kept: list[Obj]
+    next_in: float | None = None
+
+
+@dataclass(frozen=True)
 class Observed:
     """What a build pass found: the runtime's failure or its state, then the nodes' report, or the
-    host (or tenant) not answering while the nodes were reconciled."""
+    host (or tenant) not answering while the nodes were reconciled; the snapshots where spec.backup
+    asks for them."""
 
     failure: RuntimeFailure | None = None
     state: ControlPlaneState | None = None
     nodes: NodeReport | None = None
     unreachable: str = ""
+    backups: Backups | None = None
+
+
+@dataclass(frozen=True)
+class Hibernation:
+    """The cluster should be hibernated: why (the Hibernated condition's reason and message)."""
+
+    reason: str  # sleep.SPEC or sleep.INACTIVE
+    message: str
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """What a hibernation pass found: the nodes' host not answering, the runtime's failure, or
+    whether every component has stopped."""
+
+    stopped: bool = False
+    failure: RuntimeFailure | None = None
+    unreachable: str = ""
+
+
+def _rfc3339(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _time(value: Any) -> dt.datetime | None:
+    try:
+        parsed = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def _control_plane_up_since(obj: Obj) -> dt.datetime | None:
+    """When ControlPlaneReady last turned True, if it is True."""
+    cond = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
+    if cond is None or cond.get("status") != "True":
+        return None
+    return _time(cond.get("lastTransitionTime"))
+
+
+def idle_since(obj: Obj, last_request: dt.datetime | None) -> dt.datetime | None:
+    """Since when a running control plane has had no user: its last user request, its start (a new
+    or woken control plane gets the whole afterInactivity), or the last wake request, whichever is
+    latest. None while the control plane is not running."""
+    up = _control_plane_up_since(obj)
+    if up is None:
+        return None
+    return max(t for t in (up, last_request, sleep.wake_requested_at(obj)) if t is not None)
+
+
+def inactivity_due(obj: Obj, now: dt.datetime, last_request: dt.datetime | None) -> bool:
+    """Whether ``afterInactivity`` has passed for a running, awake cluster, counting from
+    :func:`idle_since` with the ``last_request`` known so far (the reconciler then reads the
+    runtime's audit log to see whether a later request resets the clock)."""
+    spec = sleep.spec_of(obj)
+    if spec.hibernated or spec.after_inactivity is None or sleep.asleep(obj):
+        return False
+    since = idle_since(obj, last_request)
+    return since is not None and now - since >= spec.after_inactivity
+
+
+def hibernation(obj: Obj, now: dt.datetime, last_request: dt.datetime | None) -> Hibernation | None:
+    """Whether the cluster should be hibernated now, and why; None: it should run.
+
+    ``spec.hibernation.hibernated`` decides alone while true. A cluster hibernated for inactivity
+    stays so until it is asked to wake (:func:`apiserver.apis.hibernation.wake_pending`) or
+    ``afterInactivity`` is removed; an awake one goes to sleep once :func:`inactivity_due`, with
+    ``last_request`` the latest user request its runtime has seen."""
+    spec = sleep.spec_of(obj)
+    if spec.hibernated:
+        return Hibernation(sleep.SPEC, "spec.hibernation.hibernated is true")
+    if sleep.asleep(obj) == sleep.INACTIVE:
+        if spec.after_inactivity is None or sleep.wake_pending(obj):
+            return None
+        cond = sleep.condition(obj) or {}
+        return Hibernation(sleep.INACTIVE, str(cond.get("message") or ""))
+    if not inactivity_due(obj, now, last_request):
+        return None
+    since = idle_since(obj, last_request)
+    assert since is not None, "inactivity is only due for a running control plane"
+    wake = (" (fetching its kubeconfig wakes it)" if spec.wake_on_access else
+            f" (the annotation {sleep.WAKE_ANNOTATION} set to the current time wakes it)")
+    return Hibernation(sleep.INACTIVE, f"no request from a user since {_rfc3339(since)}, for longer than "
+                                       f"spec.hibernation.afterInactivity ({spec.after_inactivity_text}){wake}")
+
+
+def hibernating(obj: Obj, why: Hibernation, now: str) -> Outcome:
+    """Hibernation decided: the phase and conditions say so before anything stops (the next pass)."""
+    status = NextStatus(obj, now)
+    message = f"hibernating: returning the nodes to the host and stopping the control plane; {why.message}"
+    status.condition(HIBERNATED, True, why.reason, why.message)
+    status.condition("ControlPlaneReady", False, "Hibernating", message)
+    status.condition("Ready", False, "Hibernating", message)
+    status.phase("Hibernating", "Hibernating", message)
+    return Outcome(status.result(), ("Normal", "Hibernating", message), requeue_after=0.0)
+
+
+def hibernated(obj: Obj, why: Hibernation, seen: Stopping, now: str) -> Outcome:
+    """The status after a hibernation pass: ``Hibernated`` once every component has stopped and every
+    node is back in the host, else still ``Hibernating`` saying what holds it up."""
+    status = NextStatus(obj, now)
+    status.condition(HIBERNATED, True, why.reason, why.message)
+    if seen.unreachable:
+        return _unreachable(obj, status, "NodesReady", seen.unreachable)
+    if seen.failure is not None:
+        reason, message = seen.failure.reason, f"hibernating: {seen.failure.message}"
+        status.condition("ControlPlaneReady", False, reason, message)
+        status.phase("Hibernating", reason, message)
+        return Outcome(status.result(), ("Warning", reason, message), requeue_after=RUNTIME_RETRY)
+    status.set(nodes=[])
+    if not seen.stopped:
+        message = f"hibernating: the nodes are back in the host; waiting for the control plane to stop; {why.message}"
+        status.phase("Hibernating", "StoppingControlPlane", message)
+        return Outcome(status.result(), requeue_after=POLL)
+    message = (f"hibernated: the control plane is stopped with its data kept and the nodes are back in the host; "
+               f"{why.message}")
+    for type_ in CONDITIONS:
+        status.condition(type_, False, "Hibernated", message)
+    status.phase("Hibernated", "Hibernated", message)
+    return Outcome(status.result(), ("Normal", "Hibernated", message))
+
+
+def _awake(obj: Obj, status: NextStatus, ready: bool, runtime: str) -> None:
+    """The Hibernated condition of a cluster that runs (or is starting), where hibernation is used."""
+    spec = sleep.spec_of(obj)
+    if not spec.used and sleep.condition(obj) is None:
+        return
+    if not ready:
+        if sleep.condition(obj) is not None and (sleep.asleep(obj) or _waking(obj)):
+            status.condition(HIBERNATED, False, "Waking", f"waking: starting the control plane from its data "
+                                                          f"({runtime} runtime)")
+        return
+    after = (f"; it hibernates after {spec.after_inactivity_text} without a request from a user"
+             if spec.after_inactivity else "")
+    status.condition(HIBERNATED, False, "Awake", f"the control plane runs{after}")
+
+
+def _waking(obj: Obj) -> bool:
+    return (obj.get("status") or {}).get("phase") in (*sleep.HIBERNATION_PHASES, "Waking")
 
 
 def accepted(obj: Obj, now: str) -> Outcome:
@@ -129,11 +283,17 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
     no node joiner is configured)."""
     status = NextStatus(obj, now)
     cp_ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
+    # a woken control plane is Waking until it is ready again, as a new one is Preparing
+    building = "Waking" if _waking(obj) else "Preparing"
     if cp_ready is None or cp_ready.get("status") != "True":
-        status.phase("Preparing", "BuildingControlPlane", f"building the control plane ({runtime} runtime)")
+        if building == "Waking":
+            status.phase("Waking", "Waking", f"waking: starting the control plane from its data ({runtime} runtime)")
+        else:
+            status.phase("Preparing", "BuildingControlPlane", f"building the control plane ({runtime} runtime)")
+    _awake(obj, status, seen.state is not None and seen.state.ready, runtime)
     if seen.failure is not None:
         reason, message = seen.failure.reason, seen.failure.message
-        status.phase("Preparing", reason, message)
+        status.phase(building, reason, message)
         status.condition("ControlPlaneReady", False, reason, message)
         status.condition("Ready", False, reason, message)
         return Outcome(status.result(), ("Warning", reason, message), requeue_after=RUNTIME_RETRY)
@@ -144,10 +304,12 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
         status.condition("ControlPlaneReady", False, state.reason, state.message)
         status.condition("Ready", False, state.reason, state.message)
         if state.reason != "Starting":
-            status.phase("Preparing", state.reason, state.message)
+            status.phase(building, state.reason, state.message)
         return Outcome(status.result(), ("Warning" if state.reason != "Starting" else "Normal", state.reason,
                                          state.message), requeue_after=POLL)
     status.condition("ControlPlaneReady", True, state.reason, state.message)
+    if seen.backups is not None:
+        status.set(backups=seen.backups.kept)
     if seen.unreachable:
         return _unreachable(obj, status, "NodesReady", seen.unreachable)
     if not requests_nodes(obj.get("spec") or {}):
@@ -166,7 +328,10 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
     result = status.result()
     event = ("Normal", result.get("reason", "ControlPlaneReady"), result.get("message", state.message))
     # a ready control plane is still watched (crashed components come back); joining nodes more often
-    return Outcome(result, event, requeue_after=HEALTH_CHECK if result.get("phase") == "Completed" else NODE_POLL)
+    after = HEALTH_CHECK if result.get("phase") == "Completed" else NODE_POLL
+    if seen.backups is not None and seen.backups.next_in is not None:
+        after = max(min(after, seen.backups.next_in), 0.0)  # the next snapshot on time
+    return Outcome(result, event, requeue_after=after)
 
 
 def _nodes(obj: Obj, status: NextStatus, report: NodeReport, endpoint: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 from certs.tenant import TenantPki
 
@@ -50,13 +52,33 @@ class RuntimeFailure(Exception):
 
 
 class ControlPlaneRuntime(Protocol):
+    """One tenant control plane's life: ``ensure`` builds, repairs and wakes it, ``hibernate`` stops
+    it with its data kept, ``teardown`` removes it."""
+
     name: str
+    # Seconds a hibernated control plane usually takes to answer again (measured: docs/benchmarks.md),
+    # told to whoever wakes one.
+    WAKE_ESTIMATE: ClassVar[int]
 
     def endpoint_host(self, vc: Obj) -> str:
         """The host the tenant apiserver is reached at (a SAN of its certificate)."""
 
     async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
-        """Create, adopt or repair the control plane; idempotent; never waits for readiness."""
+        """Create, adopt or repair the control plane; idempotent; never waits for readiness. A
+        hibernated control plane is woken by it: started again from the data it kept."""
+
+    async def hibernate(self, vc: Obj) -> bool:
+        """Stop every component of the control plane, keeping its data and whatever ``ensure`` needs to
+        start it again as it was (same endpoint, same objects); idempotent. True once nothing of it runs."""
+
+    async def snapshot(self, vc: Obj, into: Path) -> int:
+        """Write a consistent snapshot of the tenant's etcd to ``into`` with etcd's snapshot API (the
+        stream as etcd sends it, its SHA-256 trailer included); returns the revision it holds.
+        Raises RuntimeFailure."""
+
+    async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
+        """When the tenant apiserver last served a request from a user (:mod:`.audit` says who does
+        not count), if it did at or after ``since``. Raises RuntimeFailure when it cannot tell."""
 
     async def teardown(self, namespace: str, name: str) -> None:
         """Remove everything the control plane owns; idempotent."""

@@ -24,6 +24,11 @@ Every pod lands on control-plane nodes, and a change of a component's Secret rol
 its pods (a hash of the Secret is a pod-template annotation). Readiness is the
 tenant apiserver's ``/readyz`` at the endpoint users get, never pod status: pods can
 be Running while nothing answers.
+
+Hibernation scales every Deployment and the etcd StatefulSet to zero; Secrets,
+Services (so the NodePort) and the etcd volumes (retained on scale-down) stay, and
+``ensure`` scales them back. The apiserver writes its audit log of user requests
+(:mod:`.audit`) to standard output, read back through the host's pod log API.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import aiohttp
 from cryptography import x509
@@ -47,6 +53,7 @@ from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
 from reconciler import versions
+from reconciler.runtime import audit
 from reconciler.runtime.base import (
     FIELD_MANAGER,
     ControlPlaneState,
@@ -76,6 +83,8 @@ CONFIG_DIR = "/etc/kubernetes/config"
 MAX_STS_NAME = 52  # a StatefulSet's name + its revision hash must fit a 63-character label
 NODE_CACHE_TTL = 60.0  # seconds an endpoint node address is trusted before it is looked up again
 STARTUP_GRACE = 300.0  # seconds pods may take to start before "Starting" becomes a complaint
+AUDIT_POLICY = "audit-policy.yaml"  # in the apiserver's Secret, beside its PKI
+AUDIT_TAIL_LINES = 10000  # log lines read back (since the inactivity window began) to find the last user request
 FAILING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
            "CreateContainerError", "RunContainerError"}
 
@@ -150,6 +159,7 @@ class PodsRuntime:
     host_port_range: tuple[int, int] = (40000, 49999)
     teardown_timeout: float = 120.0
     name: str = "pods"
+    WAKE_ESTIMATE: ClassVar[int] = 60  # pods scheduled, etcd then the apiserver started, images already pulled
     _nodes: list[tuple[str, str]] | None = field(default=None, repr=False)  # (node name, InternalIP), by name
     _nodes_at: float = field(default=0.0, repr=False)
     _nodes_task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -296,6 +306,53 @@ class PodsRuntime:
                     await self._delete(kind, namespace, obj["metadata"]["name"])
             await asyncio.sleep(0.5)
 
+    async def hibernate(self, vc: Obj) -> bool:
+        """Scale every workload of the control plane to zero (Secrets, Services and the etcd volumes
+        stay); True once none of its pods is left."""
+        meta = vc["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"
+        self._host_ports.pop((namespace, name), None)
+        for kind in ("Deployment", "StatefulSet"):
+            for obj in await self._list(kind, namespace, selector):
+                if (obj.get("spec") or {}).get("replicas") != 0:
+                    await self._call(f"scaling {kind} {namespace}/{obj['metadata']['name']} to zero", "PATCH",
+                                     paths.path(kind, namespace, obj["metadata"]["name"]), body={"spec": {"replicas": 0}},
+                                     content_type="application/merge-patch+json",
+                                     params={"fieldManager": FIELD_MANAGER})
+        return not await self._list("Pod", namespace, selector)
+
+    async def snapshot(self, vc: Obj, into: Path) -> int:
+        raise RuntimeFailure("SnapshotsUnsupported", "the pods runtime does not take etcd snapshots yet (its "
+                                                     "storage is to be a PersistentVolumeClaim in the host namespace)")
+
+    async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
+        """The last audit event in the logs of the running apiserver pods since ``since``."""
+        meta = vc["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name},{COMPONENT}=apiserver"
+        latest: dt.datetime | None = None
+        for pod in await self._list("Pod", namespace, selector):
+            if (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            pod_name = pod["metadata"]["name"]
+            containers = (pod.get("spec") or {}).get("containers") or [{}]
+            if not audit.audited(containers[0].get("command") or []):
+                raise audit.unknown(f"the tenant apiserver pod {pod_name} runs without an audit log (made by an "
+                                    f"older vc-apiserver); it gets one when it is replaced")
+            text = await self._call(f"reading the log of pod {namespace}/{pod_name}", "GET",
+                                    paths.path("Pod", namespace, pod_name) + "/log", raw=True,
+                                    params={"container": "kube-apiserver", "tailLines": str(AUDIT_TAIL_LINES),
+                                            "sinceTime": since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
+            lines = text.decode(errors="replace").splitlines()
+            found = audit.latest(lines)
+            if found is None and len(lines) >= AUDIT_TAIL_LINES:
+                raise audit.unknown(f"the log of {pod_name} holds more than {AUDIT_TAIL_LINES} lines since "
+                                    f"{since:%Y-%m-%dT%H:%M:%SZ} and none of the last is a user request")
+            if found is not None and (latest is None or found > latest):
+                latest = found
+        return latest
+
     async def owned(self) -> list[tuple[str, str]]:
         found: set[tuple[str, str]] = set()
         for kind in ROOT_KINDS:
@@ -364,10 +421,10 @@ class PodsRuntime:
             internal = (f"https://{plan.object_name('apiserver')}.{plan.namespace}.svc:{APISERVER_PORT}", "kubernetes")
         return {
             "etcd": self._secret(plan, "etcd", await self._etcd_certs(plan, pki)),
-            "apiserver": self._secret(plan, "apiserver", {k: f[k] for k in (
+            "apiserver": self._secret(plan, "apiserver", {**{k: f[k] for k in (
                 "ca.crt", "apiserver.crt", "apiserver.key", "apiserver-etcd-client.crt", "apiserver-etcd-client.key",
-                "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key", "etcd-ca.crt", "front-proxy-ca.crt", "front-proxy-client.crt", "front-proxy-client.key",
-                "sa.pub", "sa.key")}),
+                "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key", "etcd-ca.crt", "front-proxy-ca.crt",
+                "front-proxy-client.crt", "front-proxy-client.key", "sa.pub", "sa.key")}, AUDIT_POLICY: audit.policy_file()}),
             "controller-manager": self._secret(plan, "controller-manager", {
                 "ca.crt": f["ca.crt"], "ca.key": f["ca.key"], "sa.key": f["sa.key"],
                 "kubeconfig": _kubeconfig(pki, "controller-manager", *internal)}),
@@ -518,7 +575,8 @@ class PodsRuntime:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={p}/sa.pub", f"--service-account-signing-key-file={p}/sa.key",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
-                *kubelet_client_flags(p), "--enable-admission-plugins=NodeRestriction", "--v=1"],
+                *kubelet_client_flags(p), "--enable-admission-plugins=NodeRestriction", "--v=1",
+                *audit.flags(f"{p}/{AUDIT_POLICY}", "-")],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
             "livenessProbe": _http_probe("/livez", port, "HTTPS", failures=8),

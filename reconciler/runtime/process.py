@@ -5,12 +5,17 @@ ports) and four processes — etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler — in their own sessions, so they outlive a vc-apiserver restart and
 are adopted (matched by pid and command line) rather than started twice. A component
 that died is restarted with capped back-off and its last log line is reported.
+
+Hibernation stops the processes (politely, etcd last) and keeps the directory: ``ensure``
+starts them again on the same ports from the same data. The apiserver's audit log of user
+requests (:mod:`.audit`) is ``logs/audit.log``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import ipaddress
 import json
 import logging
@@ -23,13 +28,15 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 
+from apiserver.etcd.client import EtcdClient, EtcdConfig, EtcdError
 from certs import pki as pkilib
 from certs.tenant import TenantPki
 from reconciler.fileio import write_if_changed
+from reconciler.runtime import audit
 from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure, kubelet_client_flags
 
 log = logging.getLogger(__name__)
@@ -38,6 +45,23 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 PORT_NAMES = ("apiserver", "etcd-client", "etcd-peer", "controller-manager", "scheduler")
 SERVICE_CIDR = "10.96.0.0/16"
 MAX_BACKOFF = 30.0
+# Hibernation stops these in turn, each group given STOP_GRACE seconds before it is killed: what
+# talks to the apiserver first, etcd (which flushes on SIGTERM) last.
+STOP_ORDER = (("kwok", "kube-controller-manager", "kube-scheduler"), ("kube-apiserver",), ("etcd",))
+STOP_GRACE = 10.0
+AUDIT_TAIL = 64 * 1024  # bytes read from the end of the audit log to find its last event
+SNAPSHOT_TIMEOUT = 600.0  # seconds a snapshot of a tenant's etcd may take (its keepalive finds a dead member sooner)
+
+
+def _last_event(path: Path) -> dt.datetime | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(f.tell() - AUDIT_TAIL, 0))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return audit.latest(tail.splitlines())
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -82,6 +106,7 @@ class ProcessRuntime:
     bin_dir: Path
     port_range: tuple[int, int] = (20000, 29999)  # below the kernel's ephemeral ports
     name: str = "process"
+    WAKE_ESTIMATE: ClassVar[int] = 10  # wake -> Ready measured 3.5 s alone on 2 cores (docs/benchmarks.md)
     _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -136,9 +161,10 @@ class ProcessRuntime:
 
     # -- files -----------------------------------------------------------------------
 
-    def write_pki(self, base: Path, tenant: TenantPki, server: str) -> None:
-        """Every reconcile writes these, while components may be (re)starting and reading them: a file
-        is only replaced when its content changes, and then atomically."""
+    def write_files(self, base: Path, tenant: TenantPki, server: str) -> None:
+        """The PKI, the components' kubeconfigs and the apiserver's audit policy. Every reconcile writes
+        these, while components may be (re)starting and reading them: a file is only replaced when its
+        content changes, and then atomically."""
         pki_dir = base / "pki"
         pki_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for filename, pem in tenant.files.items():
@@ -147,6 +173,7 @@ class ProcessRuntime:
         for stem in ("controller-manager", "scheduler", "admin"):
             config = pkilib.kubeconfig(server, ca, stem, tenant.files[f"{stem}.crt"], tenant.files[f"{stem}.key"])
             write_if_changed(base / f"{stem}.kubeconfig", json.dumps(config).encode(), 0o600)
+        write_if_changed(base / "audit-policy.yaml", audit.policy_file(), 0o600)
 
     def commands(self, base: Path, ports: dict[str, int], bind: str) -> dict[str, list[str]]:
         p = base / "pki"
@@ -180,7 +207,8 @@ class ProcessRuntime:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
-                *kubelet_client_flags(str(p)), "--enable-admission-plugins=NodeRestriction", "--v=1"],
+                *kubelet_client_flags(str(p)), "--enable-admission-plugins=NodeRestriction", "--v=1",
+                *audit.flags(str(base / "audit-policy.yaml"), str(base / "logs" / "audit.log"))],
             "kube-controller-manager": [
                 str(b / "kube-controller-manager"), f"--kubeconfig={base / 'controller-manager.kubeconfig'}",
                 f"--authentication-kubeconfig={base / 'controller-manager.kubeconfig'}",
@@ -274,7 +302,7 @@ class ProcessRuntime:
                 self._state_path(namespace, name).write_text(json.dumps(state))
         ports = state["ports"]
         endpoint = f"https://{host}:{ports['apiserver']}"
-        self.write_pki(base, pki, f"https://127.0.0.1:{ports['apiserver']}" if host == "127.0.0.1" else endpoint)
+        self.write_files(base, pki, f"https://127.0.0.1:{ports['apiserver']}" if host == "127.0.0.1" else endpoint)
         commands = self.commands(base, ports, host)
         problems: list[str] = []
         # etcd and the apiserver first; the controller-manager and scheduler read RBAC-protected
@@ -355,6 +383,100 @@ class ProcessRuntime:
                     if marker in (proc / "cmdline").read_bytes():
                         found.add(int(proc.name))
         return found
+
+    async def hibernate(self, vc: Obj) -> bool:
+        """Stop every process of the tenant (a polite SIGTERM, then SIGKILL after STOP_GRACE), in
+        STOP_ORDER; its directory stays, pid files apart, so ``ensure`` later starts the components
+        afresh (not as restarts of crashed ones) on the same ports from the same data."""
+        meta = vc["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        base = self.dir(namespace, name)
+        if not base.exists():
+            return True
+        for group in STOP_ORDER:
+            await self._stop(base, {self.pid(base, c) for c in group})
+        await self._stop(base, self.processes_under(base))  # anything a lost pid file no longer names
+        for pidfile in base.glob("*.pid"):
+            pidfile.unlink(missing_ok=True)
+        for component in COMPONENTS:
+            self._health.pop((namespace, name, component), None)
+        return not self.processes_under(base)
+
+    async def _stop(self, base: Path, pids: set[int]) -> None:
+        """SIGTERM to each process's group, SIGKILL to what is left after STOP_GRACE."""
+        pids = {pid for pid in pids if pid and self.alive(pid, base)}
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.killpg(pid, sig)
+                except ProcessLookupError:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
+            deadline = time.monotonic() + STOP_GRACE
+            while time.monotonic() < deadline:
+                pids = {pid for pid in pids if self.alive(pid, base)}
+                if not pids:
+                    return
+                await asyncio.sleep(0.05)
+            if sig == signal.SIGTERM:
+                log.warning("killing what did not stop within %.0fs of SIGTERM in %s: pids %s", STOP_GRACE, base,
+                            sorted(pids))
+
+    async def snapshot(self, vc: Obj, into: Path) -> int:
+        """etcd's snapshot stream, over TLS with the apiserver's etcd client certificate, written to
+        ``into`` as it arrives (through a temporary file, so a broken stream leaves nothing). The
+        revision is etcd's as the snapshot starts: it holds every write up to it."""
+        meta = vc["metadata"]
+        base = self.dir(meta["namespace"], meta["name"])
+        state = self._read_state(meta["namespace"], meta["name"])
+        if state is None or not self.alive(self.pid(base, "etcd"), base):
+            raise RuntimeFailure("EtcdNotRunning", "the tenant's etcd is not running: no snapshot can be taken")
+        p = base / "pki"
+        client = EtcdClient(EtcdConfig([f"https://127.0.0.1:{state['ports']['etcd-client']}"],
+                                       cafile=str(p / "etcd-ca.crt"), certfile=str(p / "apiserver-etcd-client.crt"),
+                                       keyfile=str(p / "apiserver-etcd-client.key"), request_timeout=10.0))
+        partial = into.with_name(f".{into.name}.part")
+        revision = 0
+        try:
+            async with asyncio.timeout(SNAPSHOT_TIMEOUT):
+                await client.start()
+                revision = await client.current_revision(b"\0")
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    async for part in client.snapshot():
+                        out.write(part.blob)
+                    out.flush()
+                    os.fsync(out.fileno())
+            os.replace(partial, into)
+        except EtcdError as e:
+            raise RuntimeFailure("SnapshotFailed", f"taking a snapshot of the tenant's etcd: {e.message}") from None
+        except TimeoutError:
+            raise RuntimeFailure("SnapshotFailed", f"the tenant's etcd did not finish its snapshot within "
+                                                   f"{SNAPSHOT_TIMEOUT:.0f}s") from None
+        finally:
+            partial.unlink(missing_ok=True)
+            await client.close()
+        return revision
+
+    async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
+        """The last event of the apiserver's audit log (the newest of it and its backup), read from its
+        end; unknown while the running apiserver was started without one."""
+        meta = vc["metadata"]
+        base = self.dir(meta["namespace"], meta["name"])
+        pid = self.pid(base, "kube-apiserver")
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if pid else []
+        except OSError:
+            command = []
+        if command and not audit.audited(command):
+            raise audit.unknown("the tenant apiserver runs without an audit log (started by an older vc-apiserver); "
+                                "it gets one when it restarts")
+        logs = sorted((base / "logs").glob("audit*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for path in logs:
+            found = await asyncio.to_thread(_last_event, path)
+            if found is not None:
+                return found if found >= since else None
+        return None
 
     async def teardown(self, namespace: str, name: str) -> None:
         base = self.dir(namespace, name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -289,6 +290,48 @@ async def test_teardown_removes_everything(runtime: PodsRuntime, client: KubeCli
     assert len(await objects(client, namespace, "keep", APPLIED_KINDS)) == 11  # its neighbour is untouched
     await runtime.teardown(namespace, "gone")  # idempotent
     await runtime.teardown(namespace, "never-existed")
+
+
+async def test_hibernate_scales_the_workloads_to_zero_keeping_volumes_secrets_and_port_and_ensure_wakes_them(
+        runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
+    vc = virtual_cluster(namespace, "sleepy")
+    await runtime.refresh_nodes()
+    pki = await make_pki(runtime.endpoint_host(vc))
+    awake = await runtime.ensure(vc, pki)
+    await wait_for_pods(client, namespace, "sleepy", 4)
+    before = await objects(client, namespace, "sleepy")
+    assert "PersistentVolumeClaim/data-sleepy-etcd-0" in before
+    apiserver = pod_spec(before["Deployment/sleepy-apiserver"])["containers"][0]["command"]
+    assert {"--audit-policy-file=/etc/kubernetes/pki/audit-policy.yaml", "--audit-log-path=-"} <= set(apiserver)
+    assert b'"kosmos:tenant-admins"' in secret_files(before["Secret/sleepy-apiserver"])["audit-policy.yaml"]
+
+    stopped = False
+    for _ in range(240):  # the host's controllers delete the pods a moment after the scale-down
+        if stopped := await runtime.hibernate(vc):
+            break
+        await asyncio.sleep(0.25)
+    assert stopped, "the control plane's pods never went away"
+    after = await objects(client, namespace, "sleepy")
+    assert {k: v["spec"]["replicas"] for k, v in after.items() if k.split("/")[0] in ("Deployment", "StatefulSet")} \
+        == {"StatefulSet/sleepy-etcd": 0, "Deployment/sleepy-apiserver": 0, "Deployment/sleepy-controller-manager": 0,
+            "Deployment/sleepy-scheduler": 0}
+    kept = ("PersistentVolumeClaim/data-sleepy-etcd-0", "Secret/sleepy-etcd", "Secret/sleepy-apiserver",
+            "Secret/sleepy-admin", "Service/sleepy-apiserver", "Service/sleepy-etcd")
+    for key in kept:
+        assert after[key]["metadata"]["uid"] == before[key]["metadata"]["uid"], f"{key} is kept as it was"
+    assert await objects(client, namespace, "sleepy", ("Pod",)) == {}
+    assert await runtime.hibernate(vc)  # idempotent
+    assert await runtime.last_request(vc, dt.datetime.now(dt.UTC)) is None  # no apiserver runs: nobody used it
+
+    woken = await runtime.ensure(vc, pki)  # waking is ensure: the same workloads, scaled back, the same endpoint
+    assert woken.endpoint == awake.endpoint
+    again = await objects(client, namespace, "sleepy", ("Deployment", "StatefulSet"))
+    assert all(v["spec"]["replicas"] == 1 for v in again.values())
+    await wait_for_pods(client, namespace, "sleepy", 4)
+    assert (await objects(client, namespace, "sleepy", ("PersistentVolumeClaim",)))[
+        "PersistentVolumeClaim/data-sleepy-etcd-0"]["metadata"]["uid"] == \
+        before["PersistentVolumeClaim/data-sleepy-etcd-0"]["metadata"]["uid"]
+    await runtime.teardown(namespace, "sleepy")
 
 
 async def test_endpoint_host(client: KubeClient, control_plane_ip: str) -> None:

@@ -313,7 +313,7 @@ def test_status_phase_is_one_of_the_documented_phases() -> None:
     assert validate_status({"phase": "Failed"}) == [Cause(
         "FieldValueNotSupported",
         'Unsupported value: "Failed": supported values: "Pending", "Preparing", "Initialized", "Completed", '
-        '"Updating", "Deleting"', "status.phase")]
+        '"Updating", "Hibernating", "Hibernated", "Waking", "Deleting"', "status.phase")]
 
 
 def test_status_times_must_be_rfc3339() -> None:
@@ -402,19 +402,26 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
     spec = {name for name, _ in _all_fields(iter_schemas([VirtualClusterSchema])[0])}
     assert {"VirtualClusterSchema." + f for f in ("apiVersion", "kind", "metadata", "spec", "status")} == spec
     from apiserver.apis.schema import (
+        BackupSchema,
+        BackupStatusSchema,
+        HibernationSchema,
         KubeInKubeConfigSchema,
         VirtualClusterSpecSchema,
         VirtualClusterStatusSchema,
     )
 
     assert set(VirtualClusterSpecSchema().fields) == {
-        "externalIP", "externalIps", "promotePolicies", "promoteResources", "kubeInKubeConfig", "kubeconfig"}
+        "externalIP", "externalIps", "promotePolicies", "promoteResources", "kubeInKubeConfig", "kubeconfig",
+        "hibernation", "backup"}
+    assert set(HibernationSchema().fields) == {"hibernated", "afterInactivity", "wakeOnAccess"}
+    assert set(BackupSchema().fields) == {"schedule", "keep"}
+    assert set(BackupStatusSchema().fields) == {"name", "time", "revision", "sizeBytes", "verified"}
     assert set(KubeInKubeConfigSchema().fields) == {
         "apiServerReplicas", "apiServerServiceType", "externalPort", "forceDestroy", "etcdStorageClass",
         "etcdUnitSize", "clusterCIDR"}
     assert set(VirtualClusterStatusSchema().fields) == {
         "phase", "reason", "message", "updateTime", "observedGeneration", "conditions", "controlPlaneEndpoint",
-        "port", "nodes"}
+        "port", "nodes", "backups"}
 
 
 # --------------------------------------------------------------------------- the fast path

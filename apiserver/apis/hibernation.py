@@ -1,0 +1,93 @@
+"""Hibernation as the spec asks for it and the status records it: the one reading of both that the
+``kubeconfig`` subresource and the reconciler share.
+
+Two ways into hibernation, told apart by the ``Hibernated`` condition's reason:
+
+* ``Hibernated``: ``spec.hibernation.hibernated`` is true. The spec is the user's word, so only
+  the spec wakes it (set it to false).
+* ``Inactive``: ``spec.hibernation.afterInactivity`` passed without a request from a user. The spec
+  is unchanged; the cluster wakes when asked: a ``kubeconfig`` fetch (``wakeOnAccess``, the default)
+  or anyone who may update it setting the annotation :data:`WAKE_ANNOTATION` to the current time.
+  Removing ``afterInactivity`` wakes it too.
+
+The condition turns True when hibernation is decided (phase ``Hibernating``), so its
+``lastTransitionTime`` is when the cluster went to sleep; a wake request counts when it is at least
+that recent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from apiserver.apis.conditions import find_condition
+from apiserver.machinery.golang import parse_duration
+from apiserver.machinery.timefmt import parse_rfc3339
+
+__all__ = ["CONDITION", "HIBERNATION_PHASES", "INACTIVE", "SPEC", "WAKE_ANNOTATION", "HibernationSpec", "asleep",
+           "spec_of", "wake_pending", "wake_requested_at"]
+
+Obj = dict[str, Any]
+
+CONDITION = "Hibernated"
+SPEC = "Hibernated"  # the condition's reason when spec.hibernation.hibernated put the cluster to sleep
+INACTIVE = "Inactive"  # ... when afterInactivity did
+WAKE_ANNOTATION = "kosmos.io/wake-requested"  # an RFC 3339 time: wake a cluster hibernated for inactivity
+HIBERNATION_PHASES = ("Hibernating", "Hibernated")
+
+
+@dataclass(frozen=True)
+class HibernationSpec:
+    """``spec.hibernation``, read with its defaults (absent: never hibernate)."""
+
+    used: bool = False  # spec.hibernation is present
+    hibernated: bool = False
+    after_inactivity: dt.timedelta | None = None
+    after_inactivity_text: str = ""  # as the user wrote it, for messages
+    wake_on_access: bool = True
+
+
+def spec_of(obj: Obj) -> HibernationSpec:
+    spec = (obj.get("spec") or {}).get("hibernation")
+    if not isinstance(spec, dict):
+        return HibernationSpec()
+    text = spec.get("afterInactivity") or ""
+    nanoseconds = parse_duration(text) if isinstance(text, str) and text else None
+    after = dt.timedelta(microseconds=nanoseconds / 1000) if nanoseconds else None
+    return HibernationSpec(used=True, hibernated=spec.get("hibernated") is True, after_inactivity=after,
+                           after_inactivity_text=text if after else "",
+                           wake_on_access=spec.get("wakeOnAccess") is not False)
+
+
+def condition(obj: Obj) -> Obj | None:
+    return find_condition((obj.get("status") or {}).get("conditions"), CONDITION)
+
+
+def asleep(obj: Obj) -> str:
+    """Why the cluster is hibernated or hibernating (:data:`SPEC` or :data:`INACTIVE`), or ''."""
+    cond = condition(obj)
+    return str(cond.get("reason") or SPEC) if cond is not None and cond.get("status") == "True" else ""
+
+
+def _time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_rfc3339(value)
+    except ValueError:
+        return None
+
+
+def wake_requested_at(obj: Obj) -> dt.datetime | None:
+    """The time in :data:`WAKE_ANNOTATION`, if it holds one."""
+    return _time(((obj.get("metadata") or {}).get("annotations") or {}).get(WAKE_ANNOTATION))
+
+
+def wake_pending(obj: Obj) -> bool:
+    """Hibernated for inactivity, and asked to wake since it went to sleep."""
+    cond = condition(obj)
+    if asleep(obj) != INACTIVE or cond is None:
+        return False
+    asked, slept = wake_requested_at(obj), _time(cond.get("lastTransitionTime"))
+    return asked is not None and (slept is None or asked >= slept)

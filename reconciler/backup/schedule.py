@@ -1,0 +1,74 @@
+"""When a VirtualCluster's next snapshot is due: pure logic over its spec, its annotations and the
+time of its last snapshot.
+
+The schedule (``spec.backup.schedule``, a CronJob schedule in UTC) counts from the last snapshot
+kept, or, before the first, from when the control plane last became ready. Anyone who may update
+the VirtualCluster asks for one now by setting the annotation :data:`SNAPSHOT_ANNOTATION` to the
+current time (RFC 3339): it is taken when that time is later than the last snapshot's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from apiserver.apis.conditions import find_condition
+from apiserver.machinery import cron
+from apiserver.machinery.timefmt import parse_rfc3339
+
+__all__ = ["SNAPSHOT_ANNOTATION", "BackupSpec", "due", "spec_of"]
+
+SNAPSHOT_ANNOTATION = "kosmos.io/snapshot-requested"
+DEFAULT_KEEP = 3
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BackupSpec:
+    schedule: cron.Schedule
+    keep: int
+
+
+def spec_of(obj: Obj) -> BackupSpec | None:
+    """``spec.backup`` read (None: no backups, or a schedule that validation would have refused)."""
+    backup = (obj.get("spec") or {}).get("backup")
+    if not isinstance(backup, dict):
+        return None
+    try:
+        schedule = cron.parse(str(backup.get("schedule") or ""))
+    except cron.CronError:
+        return None
+    keep = backup.get("keep")
+    return BackupSpec(schedule, keep if isinstance(keep, int) and keep >= 1 else DEFAULT_KEEP)
+
+
+def _time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_rfc3339(value)
+    except ValueError:
+        return None
+
+
+def requested_at(obj: Obj) -> dt.datetime | None:
+    return _time(((obj.get("metadata") or {}).get("annotations") or {}).get(SNAPSHOT_ANNOTATION))
+
+
+def due(obj: Obj, now: dt.datetime, last_taken: dt.datetime | None) -> tuple[bool, dt.datetime | None]:
+    """Whether a snapshot is due now, and when the next one is due after that (None: never)."""
+    spec = spec_of(obj)
+    if spec is None:
+        return False, None
+    asked = requested_at(obj)
+    if asked is not None and (last_taken is None or asked > last_taken):
+        return True, spec.schedule.next_after(now)
+    ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
+    up_since = _time(ready.get("lastTransitionTime")) if ready and ready.get("status") == "True" else None
+    start = last_taken or up_since or now
+    next_at = spec.schedule.next_after(start)
+    if next_at is not None and next_at <= now:
+        return True, spec.schedule.next_after(now)
+    return False, next_at

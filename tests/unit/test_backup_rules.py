@@ -1,0 +1,150 @@
+"""Backups' pure rules: CronJob schedules (robfig/cron's standard parser), when a snapshot is due,
+and how a snapshot file is told good from bad."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apiserver.apis import schema
+from apiserver.machinery import cron
+from reconciler.backup import schedule
+from reconciler.backup.snapshots import BOLT_MAGIC, META, PAGE_HEADER, SnapshotStore, _fnv64a, verify
+
+T0 = dt.datetime(2025, 3, 1, 12, 0, 30, tzinfo=dt.UTC)  # a Saturday
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ("*/15 * * * *", "2025-03-01 12:15"), ("0 3 * * *", "2025-03-02 03:00"), ("@hourly", "2025-03-01 13:00"),
+    ("@daily", "2025-03-02 00:00"), ("@weekly", "2025-03-02 00:00"), ("@monthly", "2025-04-01 00:00"),
+    ("0 0 29 2 *", "2028-02-29 00:00"), ("30 4 1,15 * 5", "2025-03-07 04:30"),  # day of month OR day of week
+    ("0 12 * jan-mar MON-FRI", "2025-03-03 12:00"), ("5/20 * * * *", "2025-03-01 12:05"),
+    ("@every 10s", "2025-03-01 12:00:40"), ("@every 1h30m", "2025-03-01 13:30:30"),
+])
+def test_schedules_fire_when_cron_says(spec: str, expected: str) -> None:
+    fires = cron.parse(spec).next_after(T0)
+    assert fires is not None and str(fires.replace(tzinfo=None)).startswith(expected)
+
+
+def test_a_schedule_that_never_matches_never_fires() -> None:
+    assert cron.parse("0 0 31 2 *").next_after(T0) is None
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("every day", "expected exactly 5 fields, found 2: [every day]"),
+    ("61 * * * *", "end of range (61) above maximum (59): 61"),
+    ("* * 0 * *", "beginning of range (0) below minimum (1): 0"),
+    ("*/0 * * * *", "step of range should be a positive number: */0"),
+    ("5-1 * * * *", "beginning of range (5) beyond end of range (1): 5-1"),
+    ("1-2-3 * * * *", "too many hyphens: 1-2-3"), ("@fortnightly", "unrecognized descriptor: @fortnightly"),
+    ("x * * * *", 'failed to parse int from x: strconv.Atoi: parsing "x": invalid syntax'),
+    ("@every soon", 'failed to parse duration @every soon: time: invalid duration "soon"'),
+])
+def test_bad_schedules_are_refused_in_robfig_cron_words(spec: str, message: str) -> None:
+    with pytest.raises(cron.CronError) as refused:
+        cron.parse(spec)
+    assert str(refused.value) == message
+    [cause] = schema.validate_spec({"backup": {"schedule": spec}})
+    assert (cause.field, cause.message) == ("spec.backup.schedule", f"Invalid value: {spec!r}: {message}".replace(
+        "'", '"'))
+
+
+def test_keep_defaults_to_three_and_must_be_positive() -> None:
+    obj: dict[str, Any] = {"spec": {"backup": {"schedule": "@daily"}}}
+    schema.prune_unknown_fields(obj)
+    assert obj["spec"]["backup"] == {"schedule": "@daily", "keep": 3}
+    [cause] = schema.validate_spec({"backup": {"schedule": "@daily", "keep": 0}})
+    assert cause.message == "Invalid value: 0: must be greater than or equal to 1"
+    [cause] = schema.validate_spec({"backup": {"keep": 2}})
+    assert (cause.field, cause.message) == ("spec.backup.schedule", "Required value")
+
+
+def ready_since(seconds: float, **annotations: str) -> dict[str, Any]:
+    since = (T0 + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"metadata": {"annotations": annotations}, "spec": {"backup": {"schedule": "@every 60s", "keep": 2}},
+            "status": {"conditions": [{"type": "ControlPlaneReady", "status": "True", "lastTransitionTime": since}]}}
+
+
+def test_the_schedule_counts_from_the_last_snapshot_or_else_from_the_control_plane_start() -> None:
+    obj = ready_since(0)
+    assert schedule.due(obj, T0 + dt.timedelta(seconds=59), None) == (False, T0.replace(microsecond=0) +
+                                                                     dt.timedelta(seconds=60))
+    assert schedule.due(obj, T0 + dt.timedelta(seconds=60), None)[0]
+    last = T0 + dt.timedelta(seconds=100)
+    assert not schedule.due(obj, last + dt.timedelta(seconds=30), last)[0]
+    due, next_at = schedule.due(obj, last + dt.timedelta(seconds=61), last)
+    assert due and next_at == last + dt.timedelta(seconds=121)
+    starting = ready_since(0)
+    starting["status"]["conditions"][0]["status"] = "False"  # not up: counts from now, not from the condition
+    assert not schedule.due(starting, T0 + dt.timedelta(seconds=300), None)[0]
+
+
+def test_a_snapshot_asked_for_is_taken_once_when_later_than_the_last() -> None:
+    asked = (T0 + dt.timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj = ready_since(0, **{schedule.SNAPSHOT_ANNOTATION: asked})
+    assert schedule.due(obj, T0 + dt.timedelta(seconds=11), None)[0]
+    assert schedule.due(obj, T0 + dt.timedelta(seconds=11), T0)[0]
+    assert not schedule.due(obj, T0 + dt.timedelta(seconds=12), T0 + dt.timedelta(seconds=11))[0]
+    assert schedule.due({"spec": {}}, T0, None) == (False, None)
+
+
+def bolt(page_size: int = 4096, pages: int = 4) -> bytes:
+    """A bbolt file's shape: two meta pages with bbolt's checksums, then empty pages."""
+    out = bytearray(page_size * pages)
+    for page in (0, 1):
+        fields = [BOLT_MAGIC, 2, page_size, 0, 3, 0, 2, 4, page]
+        body = struct.pack("<IIII QQ QQQ", *fields)
+        struct.pack_into("<Q", out, page * page_size, page)
+        out[page * page_size + PAGE_HEADER:page * page_size + PAGE_HEADER + META.size] = \
+            body + struct.pack("<Q", _fnv64a(body))
+    return bytes(out)
+
+
+def stream(db: bytes) -> bytes:
+    return db + hashlib.sha256(db).digest()
+
+
+def test_a_snapshot_is_good_when_etcds_hash_and_a_meta_page_check_out(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(stream(bolt()))
+    assert verify(path) == ""
+    first_meta_broken = bytearray(bolt())
+    first_meta_broken[PAGE_HEADER + 20] ^= 1
+    path.write_bytes(stream(bytes(first_meta_broken)))
+    assert verify(path) == "", "bbolt opens a file whose second meta page is good"
+    both_broken = bytearray(first_meta_broken)
+    both_broken[4096 + PAGE_HEADER + 20] ^= 1
+    path.write_bytes(stream(bytes(both_broken)))
+    assert verify(path) == "meta page checksum mismatch"
+    path.write_bytes(stream(b"\0" * 8192))
+    assert verify(path) == "not a bbolt database (bad magic number)"
+    flipped = bytearray(stream(bolt()))
+    flipped[5000] ^= 0xFF
+    path.write_bytes(bytes(flipped))
+    assert verify(path) == "the SHA-256 of the data does not match the one etcd appended"
+    path.write_bytes(bolt())
+    assert "not a database followed by its SHA-256" in verify(path)
+
+
+def test_the_store_keeps_the_newest_good_ones_and_shows_damage_while_it_is_recent(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    store.prepare("ns", "vc")
+    for i in range(4):
+        moment = T0 + dt.timedelta(minutes=i)
+        name = f"vc-{i}"
+        store.path("ns", "vc", name).write_bytes(stream(bolt()))
+        assert not store.record("ns", "vc", name, moment, revision=10 + i).problem
+    damaged = store.path("ns", "vc", "vc-3")
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"!")
+    kept = store.prune("ns", "vc", 2)
+    assert [(s.name, bool(s.problem)) for s in kept] == [("vc-1", False), ("vc-2", False), ("vc-3", True)]
+    assert [s.status()["verified"] for s in store.list("ns", "vc")] == [True, True, False]  # recorded
+    assert sorted(p.name for p in store.dir("ns", "vc").glob("*.db")) == ["vc-1.db", "vc-2.db", "vc-3.db"]
+    bad = store.path("ns", "vc", "vc-9")
+    bad.write_bytes(b"nonsense")
+    assert store.record("ns", "vc", "vc-9", T0, 1).problem and not bad.exists()
