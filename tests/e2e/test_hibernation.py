@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hack.harness import Stack
+from hack.stack import Stack
 from reconciler.nodes.selection import CLAIM_LABEL
 from reconciler.runtime.process import ProcessRuntime
 from tests.conftest import EXAMPLES, Kubectl, process_stack, tenant_processes, vc
