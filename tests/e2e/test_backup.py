@@ -138,6 +138,6 @@ def test_backup_fields_are_validated_with_kube_wording(bk: Backups) -> None:
     assert out.returncode != 0
     assert ('spec.backup.schedule: Invalid value: "every day": expected exactly 5 fields, found 2: [every day]'
             in out.stderr)
-    assert "spec.backup.keep: Invalid value: 0: must be greater than or equal to 1" in out.stderr
+    assert "spec.backup.keep: Invalid value: 0: spec.backup.keep in body should be greater than or equal to 1" in out.stderr
     out = bk.kubectl.run("create", "-f", "-", check=False, input=json.dumps(vc("bad", "bk-bad", {"backup": {}})))
     assert "spec.backup.schedule: Required value" in out.stderr

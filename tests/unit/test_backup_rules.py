@@ -59,7 +59,7 @@ def test_keep_defaults_to_three_and_must_be_positive() -> None:
     schema.prune_unknown_fields(obj)
     assert obj["spec"]["backup"] == {"schedule": "@daily", "keep": 3}
     [cause] = schema.validate_spec({"backup": {"schedule": "@daily", "keep": 0}})
-    assert cause.message == "Invalid value: 0: must be greater than or equal to 1"
+    assert cause.message == "Invalid value: 0: spec.backup.keep in body should be greater than or equal to 1"
     [cause] = schema.validate_spec({"backup": {"keep": 2}})
     assert (cause.field, cause.message) == ("spec.backup.schedule", "Required value")
 
