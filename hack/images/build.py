@@ -337,11 +337,15 @@ def dist_info() -> dict[str, str]:
 
 def compile_all(root: Path, *dirs: str) -> None:
     """Byte-compile with the image's own interpreter (a chroot): the root file system is read only in
-    the Deployment, so nothing could be cached at run time. checked-hash .pyc files hold no mtime."""
+    the Deployment, so nothing could be cached at run time. checked-hash .pyc files hold no mtime, and
+    with a fixed hash seed their bytes do not depend on the build."""
     if os.geteuid() != 0:
         raise BuildError("byte-compiling in the image's root needs root (chroot)")
+    # A fixed hash seed: frozenset constants are marshalled in hash order, which a random seed changes
+    # from build to build (the wheels' .pyc files then differ while their sizes do not).
     run(["chroot", str(root), f"/usr/bin/{PYTHON}", "-m", "compileall", "-q", "-j1",
-         "--invalidation-mode", "checked-hash", *[f"/{d}" for d in dirs]], "compileall in the image")
+         "--invalidation-mode", "checked-hash", *[f"/{d}" for d in dirs]], "compileall in the image",
+        env={**os.environ, "PYTHONHASHSEED": "0"})
 
 
 def vc_apiserver_layers(ctx: Context, work: Path) -> Layers:
