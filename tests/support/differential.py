@@ -85,7 +85,8 @@ class Client:
                     self.close()
                 return Response(resp.status, resp.getheaders(), data)
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
-                    http.client.CannotSendRequest, http.client.ResponseNotReady):
+                    http.client.CannotSendRequest, http.client.ResponseNotReady,
+                    ssl.SSLEOFError, ssl.SSLZeroReturnError):  # an idle connection the server closed in TLS
                 self.close()
                 if attempt == 2:
                     raise
