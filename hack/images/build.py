@@ -316,7 +316,12 @@ def pip_target(target: Path) -> None:
          "--only-binary=:all:", *plats, "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
          "--target", str(target), "--disable-pip-version-check", "--progress-bar=off",
          "-r", str(REQUIREMENTS)], "pip install --target (vc-apiserver's dependencies)")
-    shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts with this interpreter's path
+    # Console scripts carry this interpreter's path in their shebang, so they (and their RECORD lines,
+    # whose hashes would differ between checkouts) are left out: the image runs `python -m`.
+    shutil.rmtree(target / "bin", ignore_errors=True)
+    for record in sorted(target.glob("*.dist-info/RECORD")):
+        lines = record.read_text().splitlines(keepends=True)
+        record.write_text("".join(line for line in lines if not line.startswith("../../bin/")))
 
 
 CONSOLE = f"""#!/usr/bin/{PYTHON}
