@@ -363,14 +363,16 @@ class HostPki:
 
 @dataclass
 class HostCluster:
-    """A real host: etcd, kube-apiserver with the aggregation layer, controller-manager, kwok."""
+    """A real host: etcd, kube-apiserver with the aggregation layer, controller-manager (node lifecycle
+    on), kube-scheduler, and kwok keeping its simulated nodes Ready (Lease heartbeats) and running the
+    pods bound to them."""
 
     root: Path
     port: int
     etcd_client_port: int
     etcd_peer_port: int
     run_dir: Path | None = None  # pid files when the host outlives this process (the playground)
-    real_nodes: bool = False  # serve real kubelets: listen on the lab bridge, scheduler and node lifecycle on
+    real_nodes: bool = False  # serve real kubelets: listen on the lab bridge
     procs: dict[str, Proc] = field(default_factory=dict)
 
     @property
@@ -441,8 +443,7 @@ class HostCluster:
                 "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
                 f"--service-account-private-key-file={p('sa.key')}", f"--root-ca-file={p('ca.crt')}",
                 "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
-                ("--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller" if self.real_nodes else
-                 "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller"),
+                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller",
                 "--profiling=false", "--v=1"]
 
     def scheduler_args(self) -> list[str]:
@@ -454,6 +455,7 @@ class HostCluster:
     def kwok_args(self) -> list[str]:
         return [binary("kwok"), f"--kubeconfig={self.kubeconfig_for('admin')}", "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-ip=127.0.0.1",
+                "--node-lease-duration-seconds=40",
                 f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.1/16"]
 
     def ready(self) -> bool:
@@ -473,7 +475,7 @@ class HostCluster:
 
     def components(self) -> tuple[str, ...]:
         """What runs besides etcd and kube-apiserver."""
-        return ("kube-controller-manager", "kwok") + (("kube-scheduler",) if self.real_nodes else ())
+        return ("kube-controller-manager", "kwok", "kube-scheduler")
 
     def start(self, timeout: float = 90.0) -> HostCluster:
         HostPki.ensure(self.root / "pki")
@@ -486,8 +488,7 @@ class HostCluster:
         self.start_apiserver(timeout)
         self._proc("kube-controller-manager", self.controller_manager_args()).start()
         self._proc("kwok", self.kwok_args()).start()
-        if self.real_nodes:
-            self._proc("kube-scheduler", self.scheduler_args()).start()
+        self._proc("kube-scheduler", self.scheduler_args()).start()
         return self
 
     def stop_apiserver(self) -> None:
