@@ -27,6 +27,7 @@ from reconciler.nodes.kwokjoiner import KwokJoiner
 from reconciler.nodes.promoter import NodeJoiner, NodePromoter
 from reconciler.runtime.base import ControlPlaneRuntime, RuntimeFailure
 from reconciler.runtime.process import ProcessRuntime
+from reconciler.shared.slices import SharedSlices
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ class Manager:
             joiner = KwokJoiner(runtime)  # the playground's and the tests' default
         if host is not None and joiner is not None:
             self.nodes = NodePromoter(host, joiner, events)
-        self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes, snapshots)
+        self.slices = SharedSlices(host) if host is not None else None
+        self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes, snapshots,
+                                                 self.slices)
         self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
 
@@ -81,6 +84,8 @@ class Manager:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await queue.shutdown()
+            if self.slices is not None:  # the next leader's syncers take over
+                await self.slices.stop_all()
 
     async def _exists(self, namespace: str, name: str) -> bool:
         try:
@@ -89,6 +94,14 @@ class Manager:
         except errors.ApiError as e:
             if e.code == 404:
                 return False
+            raise
+
+    async def _uid_of(self, namespace: str, name: str) -> str | None:
+        try:
+            return str((await self.registry.get(namespace, name))["metadata"].get("uid", ""))
+        except errors.ApiError as e:
+            if e.code == 404:
+                return None
             raise
 
     async def _janitor(self) -> None:
@@ -103,6 +116,14 @@ class Manager:
                         log.warning("returned orphaned node claims to the host: %s", ", ".join(returned))
                 except (errors.ApiError, HostError, HostUnavailable) as e:
                     log.warning("orphan node check failed: %s", e)
+            if self.slices is not None:
+                try:
+                    removed = await self.slices.orphans(self._uid_of)
+                    if removed:
+                        log.warning("removed the host namespaces of shared slices whose VirtualCluster is gone: %s",
+                                    ", ".join(removed))
+                except (errors.ApiError, HostError, HostUnavailable) as e:
+                    log.warning("orphan slice check failed: %s", e)
             if self.runtime is not None:
                 try:
                     for namespace, name in await self.runtime.owned():

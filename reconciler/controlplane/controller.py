@@ -44,6 +44,8 @@ from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.nodes.selection import requests_nodes
 from reconciler.runtime.base import ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
 from reconciler.runtime.process import SERVICE_CIDR
+from reconciler.shared.slices import SharedSlices, shared_slice
+from reconciler.shared.syncer import SliceReport
 from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ Obj = dict[str, Any]
 
 READINESS_FAILURES = 3  # consecutive unanswered checks before a ready control plane is reported unready
 READINESS_RECHECK = 1.0  # seconds until the next check after an unanswered one
+SLICE_POLL = 2.0  # seconds between looks at a slice's host namespace while it terminates
 
 
 @dataclass
@@ -75,8 +78,9 @@ def service_ip(cidr: str = SERVICE_CIDR) -> str:
 class ControlPlaneController:
     def __init__(self, registry: Registry, runtime: ControlPlaneRuntime | None, secrets: SecretStore | None,
                  events: EventRecorder, nodes: NodePromoter | None = None,
-                 snapshots: SnapshotStore | None = None) -> None:
+                 snapshots: SnapshotStore | None = None, slices: SharedSlices | None = None) -> None:
         self.registry = registry
+        self.slices = slices
         self.snapshots = snapshots
         self.nodes = nodes
         self.runtime = runtime
@@ -196,9 +200,12 @@ class ControlPlaneController:
             await self._finish(obj, status.hibernating(obj, why, now_rfc3339()))
             return
         self._unanswered.pop(obj["metadata"].get("uid", ""), None)
-        if self.nodes is not None and phase != "Hibernated":
+        if phase != "Hibernated":
             try:
-                await self._release_nodes(obj, self.nodes)
+                if self.nodes is not None:
+                    await self._release_nodes(obj, self.nodes)
+                if not await self._remove_slice(obj):
+                    raise Requeue(SLICE_POLL)
             except (HostUnavailable, HostError) as e:
                 _raise_unless_unreachable(e)
                 await self._finish(obj, status.hibernated(obj, why, Stopping(unreachable=str(e)), now_rfc3339()))
@@ -220,17 +227,42 @@ class ControlPlaneController:
                 await bootstrap_tenant(pki, state.endpoint)
         except RuntimeFailure as e:
             return Observed(failure=e)
-        if not state.ready or self.nodes is None:
+        if not state.ready:
             return Observed(state=state)
-        wants_nodes = requests_nodes(obj.get("spec") or {})
-        if not wants_nodes and not (obj.get("status") or {}).get("nodes"):
-            return Observed(state=state)
+        spec = obj.get("spec") or {}
+        wants_nodes = requests_nodes(spec)
+        promoted = [n for n in (obj.get("status") or {}).get("nodes") or [] if not n.get("shared")]
+        slice_ = shared_slice(spec)
+        report = None
         try:  # nodes follow the spec (scaled to zero: every node goes back)
-            report = await self._promote(obj, pki, state.endpoint, self.nodes)
+            if self.nodes is not None and (wants_nodes or promoted):
+                report = await self._promote(obj, pki, state.endpoint, self.nodes)
+            shared = await self._slice(obj, slice_, pki, state.endpoint)
         except (HostUnavailable, HostError) as e:
             _raise_unless_unreachable(e)
             return Observed(state=state, unreachable=str(e))
-        return Observed(state=state, nodes=report if wants_nodes else None)
+        if shared is not None:
+            report = report or NodeReport()
+            report.nodes.append(shared.node())
+            if not shared.ready:
+                report.waiting.append(f"shared slice: {shared.reason}: {shared.message}")
+        if not wants_nodes and slice_ is None:
+            return Observed(state=state)
+        return Observed(state=state, nodes=report, shared=shared.status() if shared is not None else None)
+
+    async def _slice(self, obj: Obj, slice_: dict[str, str] | None, pki: TenantPki, endpoint: str) -> SliceReport | None:
+        """The shared slice's syncer runs while the spec asks for one; without one any slice left goes."""
+        if self.slices is None:
+            return None
+        if slice_ is not None:
+            return await self.slices.ensure(obj, slice_, pki, endpoint)
+        if self.slices.running(obj) or (obj.get("status") or {}).get("sharedResources"):
+            tenant = admin_client(pki, endpoint)
+            try:
+                await self.slices.remove(obj, tenant)
+            finally:
+                await tenant.close()
+        return None
 
     def _tolerate_a_missed_check(self, obj: Obj, state: ControlPlaneState, cp_ready: Obj | None) -> ControlPlaneState:
         """A ready control plane whose components all run stays ready until its apiserver misses
@@ -312,6 +344,21 @@ class ControlPlaneController:
         if released:
             log.info("returned %d node(s) of %s/%s to the host", released, meta["namespace"], meta["name"])
 
+    async def _remove_slice(self, obj: Obj) -> bool:
+        """The shared slice (if any) goes: its node leaves the tenant, the host namespace is deleted with
+        every pod and copy in it; True once the namespace is gone."""
+        if self.slices is None or not (self.slices.running(obj) or shared_slice(obj.get("spec") or {})
+                                       or (obj.get("status") or {}).get("sharedResources")):
+            return True
+        endpoint = (obj.get("status") or {}).get("controlPlaneEndpoint")
+        pki = await load_pki(self.secrets, obj) if self.secrets else None
+        tenant = admin_client(pki, endpoint) if endpoint and pki is not None else None
+        try:
+            return await self.slices.remove(obj, tenant)
+        finally:
+            if tenant is not None:
+                await tenant.close()
+
     async def _delete(self, obj: Obj) -> None:
         meta = obj["metadata"]
         self._unanswered.pop(meta.get("uid", ""), None)
@@ -329,6 +376,13 @@ class ControlPlaneController:
                 _raise_unless_unreachable(e)
                 await self._finish(obj, status.unreachable(obj, "NodesReady", str(e), now_rfc3339()))
                 return
+        try:
+            if not await self._remove_slice(obj):
+                raise Requeue(SLICE_POLL)  # the host namespace is still terminating
+        except (HostUnavailable, HostError) as e:
+            _raise_unless_unreachable(e)
+            await self._finish(obj, status.unreachable(obj, "NodesReady", str(e), now_rfc3339()))
+            return
         if self.runtime is not None:
             await self.runtime.teardown(meta["namespace"], meta["name"])
         if self.secrets is not None:

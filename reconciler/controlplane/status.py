@@ -100,6 +100,7 @@ class Observed:
     nodes: NodeReport | None = None
     unreachable: str = ""
     backups: Backups | None = None
+    shared: Obj | None = None  # status.sharedResources while the spec asks for a shared slice
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,11 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
         status.set(backups=seen.backups.kept)
     if seen.unreachable:
         return _unreachable(obj, status, "NodesReady", seen.unreachable)
-    if not requests_nodes(obj.get("spec") or {}):
+    if seen.shared is not None:
+        status.set(sharedResources=seen.shared)
+    elif status.current.get("sharedResources"):
+        status.set(sharedResources=None)
+    if not requests_nodes(obj.get("spec") or {}) and seen.shared is None:
         status.set(nodes=[])
         status.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
         status.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")

@@ -1,0 +1,91 @@
+"""The slices of all VirtualClusters: one syncer task per VirtualCluster that asks for one, started
+while its control plane is up, resized with its spec, and torn down with it (node, then the host
+namespace and everything in it)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from certs.tenant import TenantPki
+from reconciler.shared import names
+from reconciler.shared.names import Obj
+from reconciler.shared.syncer import SliceReport, SliceSyncer, remove_namespace
+from reconciler.tenantapi import admin_client
+from reconciler.versions import KUBERNETES_VERSION
+
+log = logging.getLogger(__name__)
+
+
+class SharedSlices:
+    def __init__(self, host: KubeClient) -> None:
+        self.host = host
+        self._syncers: dict[str, SliceSyncer] = {}
+
+    def running(self, vc: Obj) -> bool:
+        return vc["metadata"].get("uid", "") in self._syncers
+
+    async def ensure(self, vc: Obj, slice_: dict[str, str], pki: TenantPki, endpoint: str) -> SliceReport:
+        """The slice's syncer runs (started on first sight, resized on a change); what it reports."""
+        uid = vc["metadata"]["uid"]
+        syncer = self._syncers.get(uid)
+        if syncer is None:
+            syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), KUBERNETES_VERSION)
+            self._syncers[uid] = syncer
+            syncer.start()
+            log.info("shared slice of %s/%s: %s in host namespace %s", vc["metadata"]["namespace"],
+                     vc["metadata"]["name"], slice_, syncer.namespace)
+        else:
+            syncer.resize(vc, slice_)
+        return syncer.report
+
+    async def stop(self, vc: Obj) -> None:
+        """The syncer stops (hibernation keeps nothing running; a lost leadership hands it over)."""
+        syncer = self._syncers.pop(vc["metadata"].get("uid", ""), None)
+        if syncer is not None:
+            await syncer.stop()
+
+    async def remove(self, vc: Obj, tenant: KubeClient | None) -> bool:
+        """The slice goes: the node leaves a tenant that still answers, the host namespace is deleted with
+        everything in it; True once the namespace is gone."""
+        await self.stop(vc)
+        if tenant is not None:
+            try:
+                await tenant.delete(f"/api/v1/nodes/{names.NODE_NAME}")
+            except HostError as e:
+                if e.code != 404:
+                    log.warning("removing the shared node of %s: %s", vc["metadata"]["name"], e)
+            except HostUnavailable:
+                pass
+        return await remove_namespace(self.host, names.host_namespace(vc))
+
+    async def stop_all(self) -> None:
+        for syncer in list(self._syncers.values()):
+            await syncer.stop()
+        self._syncers.clear()
+
+    async def orphans(self, uid_of: Callable[[str, str], Awaitable[str | None]]) -> list[str]:
+        """Host namespaces of slices whose VirtualCluster is gone (or was made again, with another uid):
+        deleted with everything in them."""
+        found = (await self.host.get("/api/v1/namespaces",
+                                     labelSelector=f"{names.MANAGED_BY}={names.MANAGER}"))["items"]
+        removed = []
+        for ns in found:
+            meta = ns["metadata"]
+            notes = meta.get("annotations") or {}
+            uid = (meta.get("labels") or {}).get(names.VC_UID, "")
+            if meta.get("deletionTimestamp") or not uid or uid in self._syncers:
+                continue
+            if await uid_of(notes.get(names.TENANT_NAMESPACE, ""), notes.get(names.TENANT_NAME, "")) != uid:
+                await remove_namespace(self.host, meta["name"])
+                removed.append(meta["name"])
+        return removed
+
+def shared_slice(spec: Obj) -> dict[str, str] | None:
+    """The slice the spec asks for: ``promoteResources.resources`` unless its mode is Dedicated."""
+    wanted = (spec.get("promoteResources") or {})
+    resources = wanted.get("resources") or {}
+    if not resources or wanted.get("resourcesMode", "Shared") == "Dedicated":
+        return None
+    return {str(k): str(v) for k, v in resources.items()}

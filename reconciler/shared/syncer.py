@@ -1,0 +1,541 @@
+"""One slice's syncer: it plays the kubelet of the tenant's shared node.
+
+Level-triggered: a pass reads the tenant pods bound to the node and the host pods of the slice's
+namespace afresh and makes them correspond (create, update status, delete both ways, fail a started
+pod whose host pod vanished). Watches on both sides only say *when* to pass; a pass also runs every
+``SCAN_PERIOD`` and at start, so whatever a restart or a dropped watch missed is repaired. Nothing in
+memory is needed for correctness: names are derived from the objects, and the host pod carries the
+tenant identity it stands for.
+
+Each syncer has its own task, its own limit of host writes in flight and its own tenant client, so
+one tenant's burst cannot starve another's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any
+
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from apiserver.machinery.timefmt import now_rfc3339
+from reconciler.shared import names, translate
+from reconciler.shared.names import NODE_NAME, Obj
+
+log = logging.getLogger(__name__)
+
+SCAN_PERIOD = 60.0  # seconds: a full comparison even when no watch said anything
+HEARTBEAT = 10.0  # seconds between Lease renewals (the Lease lasts 40 s, the grace period is 40 s or more)
+STATUS_REFRESH = 60.0  # seconds between node status heartbeats when nothing changed
+WRITES_IN_FLIGHT = 16  # host writes of one slice at a time
+RETRY = 5.0  # seconds until a pass that met an unanswering host is tried again
+POD_PATH = "/api/v1/namespaces/{}/pods"
+
+
+def _micro_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _age_key(pod: Obj) -> tuple[str, str]:
+    meta = pod["metadata"]
+    return meta.get("creationTimestamp", ""), meta["name"]
+
+
+def _quota_exceeded(e: HostError) -> bool:
+    return e.code == 403 and "exceeded quota" in e.message
+
+
+@dataclass
+class SliceReport:
+    """What the VirtualCluster's status says of the slice."""
+
+    namespace: str
+    capacity: dict[str, str]
+    used: dict[str, str] = field(default_factory=dict)
+    ready: bool = False
+    reason: str = "Starting"
+    message: str = "the shared slice is being set up on the host"
+
+    def status(self) -> Obj:
+        return {"namespace": self.namespace, "capacity": self.capacity, "used": self.used}
+
+    def node(self) -> dict[str, Any]:
+        return {"name": NODE_NAME, "phase": "Ready" if self.ready else "NotReady", "shared": True}
+
+
+class SliceSyncer:
+    def __init__(self, vc: Obj, slice_: dict[str, str], host: KubeClient, tenant: KubeClient,
+                 version: str = "v0.0.0") -> None:
+        self.vc = vc
+        self.slice = dict(slice_)
+        self.host = host
+        self.tenant = tenant
+        self.version = version
+        self.namespace = names.host_namespace(vc)
+        self.report = SliceReport(self.namespace, translate.capacity(self.slice))
+        self._wake = asyncio.Event()
+        self._writes = asyncio.Semaphore(WRITES_IN_FLIGHT)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._status_written = 0.0
+        self._seen_events: set[str] = set()
+        self._started_at = now_rfc3339()
+        self.passes = 0
+
+    @property
+    def uid(self) -> str:
+        return str(self.vc["metadata"]["uid"])
+
+    # -- life ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        label = f"{self.vc['metadata']['namespace']}/{self.vc['metadata']['name']}"
+        self._tasks = [asyncio.create_task(self._passes(), name=f"slice {label}"),
+                       asyncio.create_task(self._heartbeat(), name=f"slice heartbeat {label}"),
+                       asyncio.create_task(self._watch(self.tenant, "/api/v1/pods",
+                                                       fieldSelector=f"spec.nodeName={NODE_NAME}"),
+                                           name=f"slice tenant watch {label}"),
+                       asyncio.create_task(self._watch(self.host, POD_PATH.format(self.namespace)),
+                                           name=f"slice host watch {label}"),
+                       asyncio.create_task(self._watch(self.host, f"/api/v1/namespaces/{self.namespace}/resourcequotas"),
+                                           name=f"slice quota watch {label}")]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self.tenant.close()
+
+    def resize(self, vc: Obj, slice_: dict[str, str]) -> None:
+        """A changed slice: quota and node follow on the next pass (nothing running is evicted)."""
+        self.vc = vc
+        if slice_ != self.slice:
+            self.slice = dict(slice_)
+            self.report.capacity = translate.capacity(self.slice)
+            self._status_written = 0.0
+            self._wake.set()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    async def _watch(self, client: KubeClient, path: str, **params: str) -> None:
+        """Any change on ``path`` wakes the passes; a broken watch is opened again (the periodic pass
+        covers the gap)."""
+        while True:
+            try:
+                async for _ in client.watch(path, allowWatchBookmarks="false", **params):
+                    self._wake.set()
+            except (HostError, HostUnavailable) as e:
+                log.debug("slice watch %s ended: %s", path, e)
+            await asyncio.sleep(1.0)
+
+    async def _passes(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.sync()
+                delay = SCAN_PERIOD
+            except (HostError, HostUnavailable) as e:
+                log.warning("shared slice %s: %s", self.namespace, e)
+                delay = RETRY
+            except Exception:
+                log.exception("shared slice %s: pass failed", self.namespace)
+                delay = RETRY
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+            await asyncio.sleep(0.05)  # a burst of watch events becomes one pass
+
+    async def _heartbeat(self) -> None:
+        while True:
+            try:
+                await self._renew_lease()
+                await self._check_host()
+                await self._node_status()
+            except (HostError, HostUnavailable) as e:
+                log.debug("shared node heartbeat of %s: %s", self.namespace, e)
+            await asyncio.sleep(HEARTBEAT)
+
+    # -- the host's side -------------------------------------------------------------------------
+
+    async def ensure_host(self) -> None:
+        """Namespace, then quota and limits (each made or corrected); pods wait for the quota's status."""
+        ns = translate.namespace(self.vc)
+        try:
+            current = await self.host.get(f"/api/v1/namespaces/{self.namespace}")
+            if current["metadata"].get("deletionTimestamp"):
+                return
+        except HostError as e:
+            if e.code != 404:
+                raise
+            await self.host.create("/api/v1/namespaces", ns)
+        base = f"/api/v1/namespaces/{self.namespace}"
+        for want, plural in ((translate.quota(self.vc, self.slice), "resourcequotas"),
+                             (translate.limit_range(self.vc), "limitranges")):
+            try:
+                have = await self.host.get(f"{base}/{plural}/{want['metadata']['name']}")
+                if have.get("spec") != want["spec"]:
+                    await self.host.patch(f"{base}/{plural}/{want['metadata']['name']}", {"spec": want["spec"]})
+            except HostError as e:
+                if e.code != 404:
+                    raise
+                await self.host.create(f"{base}/{plural}", want)
+
+    async def _check_host(self) -> None:
+        """Ready only while the host answers and the namespace and a quota with status exist."""
+        try:
+            ns = await self.host.get(f"/api/v1/namespaces/{self.namespace}")
+        except HostUnavailable as e:
+            self._ready(False, "HostAPIUnreachable", f"the host does not answer: {e}")
+            return
+        except HostError as e:
+            if e.code == 404:
+                self._ready(False, "HostNamespaceMissing", f"the slice's host namespace {self.namespace} is missing")
+            else:
+                self._ready(False, "HostAPIUnreachable", f"the host answered {e.code}: {e.message}")
+            return
+        try:
+            quota = await self.host.get(f"/api/v1/namespaces/{self.namespace}/resourcequotas/{names.QUOTA}")
+        except HostUnavailable as e:
+            self._ready(False, "HostAPIUnreachable", f"the host does not answer: {e}")
+            return
+        except HostError as e:
+            self._ready(False, "QuotaNotReady", f"the quota of {self.namespace} cannot be read: {e.message}")
+            return
+        if ns["metadata"].get("deletionTimestamp"):
+            self._ready(False, "HostNamespaceMissing", f"the slice's host namespace {self.namespace} is terminating")
+            return
+        hard = (quota.get("status") or {}).get("hard")
+        if not hard:
+            self._ready(False, "QuotaNotReady", f"the host has not yet accounted the quota of {self.namespace}")
+            return
+        self.report.used = {k: str(v) for k, v in ((quota.get("status") or {}).get("used") or {}).items()}
+        self._ready(True, "SliceReady", f"pods run in the host namespace {self.namespace} under its quota")
+
+    def _ready(self, ready: bool, reason: str, message: str) -> None:
+        if (ready, reason) != (self.report.ready, self.report.reason):
+            self._status_written = 0.0  # a readiness change is written at once
+            log.info("shared node of %s: Ready=%s %s: %s", self.namespace, ready, reason, message)
+        self.report.ready, self.report.reason, self.report.message = ready, reason, message
+
+    # -- the tenant's node ---------------------------------------------------------------------
+
+    async def _renew_lease(self) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE_NAME}"
+        try:
+            await self.tenant.patch(path, {"spec": {"renewTime": _micro_now(), "holderIdentity": NODE_NAME,
+                                                    "leaseDurationSeconds": 40}})
+        except HostError as e:
+            if e.code != 404:
+                raise
+            await self.tenant.create("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                                     translate.lease(_micro_now()))
+
+    async def _node_status(self) -> None:
+        """The node exists with its labels; its status is written on a change and every STATUS_REFRESH."""
+        loop = asyncio.get_running_loop()
+        try:
+            current = await self.tenant.get(f"/api/v1/nodes/{NODE_NAME}")
+        except HostError as e:
+            if e.code != 404:
+                raise
+            current = await self.tenant.create("/api/v1/nodes", translate.node(self.vc))
+            self._status_written = 0.0
+        want_labels = translate.node(self.vc)["metadata"]["labels"]
+        if any((current["metadata"].get("labels") or {}).get(k) != v for k, v in want_labels.items()):
+            current = await self.tenant.patch(f"/api/v1/nodes/{NODE_NAME}", {"metadata": {"labels": want_labels}})
+        if loop.time() - self._status_written < STATUS_REFRESH and self._status_written:
+            return
+        r = self.report
+        status = translate.node_status(self.slice, r.ready, r.reason, r.message, now_rfc3339(), self.version, current)
+        await self.tenant.patch(f"/api/v1/nodes/{NODE_NAME}/status", {"status": status},
+                                "application/strategic-merge-patch+json")
+        self._status_written = loop.time()
+
+    # -- the pass ------------------------------------------------------------------------------
+
+    async def sync(self) -> None:
+        await self.ensure_host()
+        await self._check_host()
+        self.passes += 1
+        tenant_pods = (await self.tenant.get("/api/v1/pods", fieldSelector=f"spec.nodeName={NODE_NAME}"))["items"]
+        host_pods = (await self.host.get(POD_PATH.format(self.namespace),
+                                         labelSelector=f"{names.VC_UID}={self.uid}"))["items"]
+        by_name = {p["metadata"]["name"]: p for p in host_pods}
+        wanted = set()
+        creates: list[tuple[Obj, Obj]] = []
+        steps: list[Awaitable[None]] = []
+        for pod in sorted(tenant_pods, key=_age_key):
+            meta = pod["metadata"]
+            hname = names.host_name(meta["namespace"], meta["name"])
+            wanted.add(hname)
+            host = by_name.get(hname)
+            step = self._decide(pod, host, creates)
+            if step is not None:
+                steps.append(step)
+        for name, host in by_name.items():
+            if name not in wanted and names.owned_by(host, self.uid):
+                steps.append(self._delete_host(host, None))
+        await self._all(steps)
+        if creates:
+            await self._create_in_order(creates)
+        await self._collect_copies(tenant_pods)
+        await self._forward_events(tenant_pods)
+
+    def _decide(self, pod: Obj, host: Obj | None, creates: list[tuple[Obj, Obj]]) -> Awaitable[None] | None:
+        """The one step a tenant pod needs (a kubelet's decision table, in the design's order)."""
+        meta = pod["metadata"]
+        phase = (pod.get("status") or {}).get("phase")
+        if host is not None and (host["metadata"].get("annotations") or {}).get(names.TENANT_UID) != meta["uid"]:
+            if names.owned_by(host, self.uid):  # an earlier incarnation of the same tenant name
+                return self._delete_host(host, None)
+            return self._refuse(pod, "HostNameConflict", f"a host pod {self.namespace}/{host['metadata']['name']} "
+                                                         f"that this slice did not create is in the way")
+        if meta.get("deletionTimestamp"):
+            if host is None:
+                return self._finalize(pod)
+            if not host["metadata"].get("deletionTimestamp"):
+                return self._delete_host(host, meta.get("deletionGracePeriodSeconds"))
+            return self._status_up(pod, host)
+        if host is None:
+            if phase in ("Succeeded", "Failed"):
+                return None
+            if translate.started(pod):
+                return self._lost(pod)
+            if not self.report.ready:
+                return None  # no pod before the quota is accounted
+            try:
+                creates.append((pod, translate.host_pod(self.vc, pod)))
+            except translate.Refused as e:
+                return self._refuse(pod, e.reason, e.message)
+            return None
+        if host["metadata"].get("deletionTimestamp"):  # the host evicts or drains it: the tenant pod goes too
+            return self._delete_tenant(pod, host["metadata"].get("deletionGracePeriodSeconds"))
+        return self._status_up(pod, host)
+
+    async def _all(self, steps: list[Awaitable[None]]) -> None:
+        async def bounded(step: Awaitable[None]) -> None:
+            async with self._writes:
+                await step
+        results = await asyncio.gather(*(bounded(s) for s in steps), return_exceptions=True)
+        for r in results:
+            if isinstance(r, HostUnavailable):
+                raise r
+            if isinstance(r, BaseException):
+                log.warning("shared slice %s: %s", self.namespace, r)
+
+    async def _create_in_order(self, creates: list[tuple[Obj, Obj]]) -> None:
+        """Oldest first: once the quota refuses one, the younger ones wait behind it (they are told why)
+        and start by themselves when room frees up (the quota's watch wakes a pass)."""
+        refused: str | None = None
+
+        async def one(pod: Obj, host: Obj) -> None:
+            nonlocal refused
+            if refused is not None:
+                await self._pending(pod, "ProviderFailed", refused)
+                return
+            try:
+                await self._copy_references(pod)
+                await self.host.create(POD_PATH.format(self.namespace), host)
+            except _Missing as e:
+                await self._pending(pod, "MissingReference", str(e), event=True)
+            except HostError as e:
+                if e.code == 409:
+                    return  # made meanwhile (a pass before us): the next pass compares
+                if _quota_exceeded(e):
+                    refused = f"the host quota of the shared slice has no room: {e.message}"
+                    await self._pending(pod, "ProviderFailed", refused, event=True)
+                else:
+                    await self._pending(pod, "ProviderFailed", f"the host refused the pod: {e.message}", event=True)
+        for start in range(0, len(creates), WRITES_IN_FLIGHT):
+            batch = creates[start:start + WRITES_IN_FLIGHT]
+            await asyncio.gather(*(one(p, h) for p, h in batch))
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    async def _status_up(self, pod: Obj, host: Obj) -> None:
+        want = translate.tenant_status(pod, host)
+        if want == (pod.get("status") or {}):
+            return
+        await self._write_status(pod, want)
+
+    async def _write_status(self, pod: Obj, status: Obj) -> None:
+        meta = pod["metadata"]
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {**meta}, "spec": pod.get("spec"), "status": status}
+        try:
+            await self.tenant.request("PUT", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+                                      body=body)
+        except HostError as e:
+            if e.code not in (404, 409):
+                raise
+            self._wake.set()  # changed meanwhile: look again
+
+    async def _pending(self, pod: Obj, reason: str, message: str, event: bool = False) -> None:
+        status = translate.with_condition(pod, reason, message, now_rfc3339())
+        if status is None:
+            return
+        await self._write_status(pod, status)
+        if event:
+            await self._tenant_event(pod, "Warning", reason, message)
+
+    async def _refuse(self, pod: Obj, reason: str, message: str) -> None:
+        await self._pending(pod, reason, message, event=True)
+
+    async def _lost(self, pod: Obj) -> None:
+        await self._write_status(pod, translate.lost(pod, now_rfc3339()))
+        await self._tenant_event(pod, "Warning", "HostPodLost", "the pod's host counterpart disappeared "
+                                                                "after it had started; the pod failed")
+
+    async def _delete_host(self, host: Obj, grace: int | None) -> None:
+        meta = host["metadata"]
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta["uid"]}}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        try:
+            await self.host.delete(f"{POD_PATH.format(self.namespace)}/{meta['name']}", body)
+        except HostError as e:
+            if e.code not in (404, 409):
+                raise
+
+    async def _delete_tenant(self, pod: Obj, grace: int | None) -> None:
+        meta = pod["metadata"]
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta["uid"]}}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        try:
+            await self.tenant.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", body)
+        except HostError as e:
+            if e.code not in (404, 409):
+                raise
+
+    async def _finalize(self, pod: Obj) -> None:
+        """A deleting tenant pod whose host pod is gone: removed with grace 0, as its kubelet would."""
+        await self._delete_tenant(pod, 0)
+
+    # -- ConfigMaps and Secrets ----------------------------------------------------------------
+
+    async def _copy_references(self, pod: Obj) -> None:
+        refs = translate.references(pod)
+        ns = pod["metadata"]["namespace"]
+        for kind, wanted in (("ConfigMap", refs.configmaps), ("Secret", refs.secrets)):
+            plural = "configmaps" if kind == "ConfigMap" else "secrets"
+            for name, optional in wanted.items():
+                try:
+                    obj = await self.tenant.get(f"/api/v1/namespaces/{ns}/{plural}/{name}")
+                except HostError as e:
+                    if e.code == 404 and optional:
+                        continue
+                    if e.code == 404:
+                        raise _Missing(f"{kind} {ns}/{name} does not exist in the tenant") from None
+                    raise
+                await self._put_copy(translate.host_copy(self.vc, obj, kind), plural)
+
+    async def _put_copy(self, want: Obj, plural: str) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/{plural}"
+        try:
+            have = await self.host.get(f"{path}/{want['metadata']['name']}")
+        except HostError as e:
+            if e.code != 404:
+                raise
+            with contextlib.suppress(HostError):
+                await self.host.create(path, want)
+            return
+        if not names.owned_by(have, self.uid):
+            raise _Missing(f"a host {want['kind']} {self.namespace}/{want['metadata']['name']} that this slice "
+                           f"did not create is in the way")
+        if not translate.same_content(have, want):
+            await self.host.request("PUT", f"{path}/{want['metadata']['name']}",
+                                    body={**want, "metadata": {**want["metadata"],
+                                                               "resourceVersion": have["metadata"]["resourceVersion"]}})
+
+    async def _collect_copies(self, tenant_pods: list[Obj]) -> None:
+        """Copies refreshed for the live pods that use them; the unused ones removed."""
+        live = [p for p in tenant_pods if not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        used: dict[str, set[str]] = {"configmaps": set(), "secrets": set()}
+        for pod in live:
+            refs = translate.references(pod)
+            ns = pod["metadata"]["namespace"]
+            used["configmaps"] |= {names.host_name(ns, n) for n in refs.configmaps}
+            used["secrets"] |= {names.host_name(ns, n) for n in refs.secrets}
+        for plural, keep in used.items():
+            copies = (await self.host.get(f"/api/v1/namespaces/{self.namespace}/{plural}",
+                                          labelSelector=f"{names.VC_UID}={self.uid}"))["items"]
+            for c in copies:
+                if c["metadata"]["name"] not in keep and names.owned_by(c, self.uid):
+                    with contextlib.suppress(HostError):
+                        await self.host.delete(f"/api/v1/namespaces/{self.namespace}/{plural}/{c['metadata']['name']}")
+        refresh = [self._copy_references(p) for p in live if translate.started(p)]
+        await self._all([_ignore_missing(r) for r in refresh])
+
+    # -- events, up ----------------------------------------------------------------------------
+
+    async def _forward_events(self, tenant_pods: list[Obj]) -> None:
+        """Host events about the slice's pods, told again on the tenant pods (once each)."""
+        by_host = {names.host_name(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in tenant_pods}
+        events = (await self.host.get(f"/api/v1/namespaces/{self.namespace}/events",
+                                      fieldSelector="involvedObject.kind=Pod"))["items"]
+        for e in events:
+            uid = e["metadata"].get("uid", "")
+            pod = by_host.get((e.get("involvedObject") or {}).get("name", ""))
+            stamp = e.get("lastTimestamp") or e.get("eventTime") or ""
+            if pod is None or uid in self._seen_events or (stamp and stamp < self._started_at):
+                continue
+            self._seen_events.add(uid)
+            message = (e.get("message") or "").replace(self.namespace, pod["metadata"]["namespace"])
+            await self._tenant_event(pod, e.get("type") or "Normal", e.get("reason") or "", message)
+
+    async def _tenant_event(self, pod: Obj, type_: str, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        now = now_rfc3339()
+        event = {"apiVersion": "v1", "kind": "Event",
+                 "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                 "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                    "namespace": meta["namespace"], "uid": meta["uid"]},
+                 "reason": reason, "message": message[:1024], "type": type_, "firstTimestamp": now,
+                 "lastTimestamp": now, "count": 1, "source": {"component": "shared-slice", "host": NODE_NAME},
+                 "reportingComponent": "shared-slice", "reportingInstance": NODE_NAME}
+        try:
+            await self.tenant.create(f"/api/v1/namespaces/{meta['namespace']}/events", event)
+        except (HostError, HostUnavailable) as e:
+            log.debug("event %s on %s/%s not recorded: %s", reason, meta["namespace"], meta["name"], e)
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    async def teardown(self, tenant_alive: bool) -> bool:
+        """The node leaves the tenant and the host namespace goes with everything in it; True once gone."""
+        if tenant_alive:
+            with contextlib.suppress(HostError, HostUnavailable):
+                await self.tenant.delete(f"/api/v1/nodes/{NODE_NAME}")
+        return await remove_namespace(self.host, self.namespace)
+
+
+async def remove_namespace(host: KubeClient, namespace: str) -> bool:
+    """Delete the slice's host namespace; True once it no longer exists."""
+    try:
+        await host.delete(f"/api/v1/namespaces/{namespace}")
+    except HostError as e:
+        if e.code == 404:
+            return True
+        if e.code != 409:
+            raise
+    try:
+        await host.get(f"/api/v1/namespaces/{namespace}")
+    except HostError as e:
+        if e.code == 404:
+            return True
+        raise
+    return False
+
+
+class _Missing(Exception):
+    """A pod's non-optional ConfigMap or Secret is not there (or a foreign object holds its host name)."""
+
+
+async def _ignore_missing(step: Awaitable[None]) -> None:
+    with contextlib.suppress(_Missing):
+        await step
+
