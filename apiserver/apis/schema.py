@@ -23,6 +23,7 @@ from typing import Any
 from marshmallow import ValidationError, validates_schema
 
 from apiserver.apis.resource import VIRTUALCLUSTERS
+from apiserver.apis.sharedslice import DEFAULT_MODE, RESOURCES_MODES
 from apiserver.machinery import cron
 from apiserver.machinery.errors import Cause
 from apiserver.machinery.fields import (
@@ -57,7 +58,12 @@ from apiserver.machinery.fields import (
     validate_with,
 )
 from apiserver.machinery.selectors import label_value_errors
-from apiserver.machinery.validation import SELECTOR_OPERATORS, dns1123_subdomain_errors, selector_values_error
+from apiserver.machinery.validation import (
+    SELECTOR_OPERATORS,
+    dns1123_label_errors,
+    dns1123_subdomain_errors,
+    selector_values_error,
+)
 
 DEFINITION_PREFIX = "io.kosmos.v1alpha1"
 
@@ -135,16 +141,28 @@ class NodeInfoSchema(KubeSchema):
 
 class PromoteResourcesSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.PromoteResources"
-    DESCRIPTION = ("Host capacity to promote into the virtual cluster: explicit nodes, or enough free nodes to "
-                   "cover an amount of resources.")
+    DESCRIPTION = ("Host capacity for the virtual cluster: explicit host nodes promoted whole, and an amount of "
+                   "resources served as a slice of the shared host or by promoting enough whole nodes "
+                   "(resourcesMode).")
 
     nodes = Array(Str(validate=Check(dns1123_subdomain_errors)),
                   "Names of host nodes to promote (k8s-in-k8s proposal form).", validate=Unique())
     nodeInfos = Array(Obj(NodeInfoSchema), "Host nodes to promote (kubenest form).",
                       validate=Unique(lambda info: info.get("nodeName"), "nodeName"))
-    resources = Map(Quantity(), "Resource amounts, such as cpu and memory, to cover: free host nodes are "
-                    "promoted until the sum of their allocatable resources reaches every amount.",
+    resources = Map(Quantity(), "Resource amounts, such as cpu and memory, the virtual cluster gets besides its "
+                    "named nodes. In Shared mode (the default) they are a slice of the shared host: the tenant sees "
+                    "one virtual node of exactly this capacity, and its pods run in a host namespace of this "
+                    "virtual cluster under a ResourceQuota of this size, so the amount is guaranteed and enforced "
+                    "without taking machines away from the host (status.sharedResources). In Dedicated mode free "
+                    "host nodes are promoted whole until the sum of their allocatable resources reaches every "
+                    "amount.",
                     keys=Str(validate=Check(qualified_name_errors)))
+    resourcesMode = Str("How resources are served. Shared (the default): a slice of the shared host's compute "
+                        "shown as one virtual node, no host node is promoted for it; most tenants need an amount "
+                        "of compute, not machines. Dedicated: whole free host nodes are promoted until their "
+                        "allocatable resources cover every amount, for tenants that need machines of their own "
+                        "(isolation, node-level access).",
+                        validate=OneOf(RESOURCES_MODES), default=DEFAULT_MODE)
 
 
 class KubeInKubeConfigSchema(KubeSchema):
@@ -215,7 +233,8 @@ class VirtualClusterSpecSchema(KubeSchema):
                             "Label-selector based node promotion: each policy promotes nodeCount matching free "
                             "host nodes.")
     promoteResources = Obj(PromoteResourcesSchema,
-                           "Explicit host nodes, or an amount of resources, to promote into the virtual cluster.")
+                           "Explicit host nodes to promote into the virtual cluster, and an amount of resources: a "
+                           "slice of the shared host by default, or whole promoted nodes (resourcesMode).")
     kubeInKubeConfig = Obj(KubeInKubeConfigSchema, "Control-plane shape for the pods runtime.")
     kubeconfig = Str("Reserved for importing an existing cluster; never written by the server (credentials are "
                      "served by the kubeconfig subresource).")
@@ -241,11 +260,30 @@ class ConditionSchema(KubeSchema):
 
 class NodeStatusSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterNode"
-    DESCRIPTION = "A host node promoted into the virtual cluster."
+    DESCRIPTION = ("A node of the virtual cluster: a host node promoted into it, or the virtual node of its shared "
+                   "slice.")
 
-    name = Str("Name of the host node.", required=True, validate=Check(dns1123_subdomain_errors))
+    name = Str("Name of the node: the host node's, or the shared slice's virtual node in the tenant.",
+               required=True, validate=Check(dns1123_subdomain_errors))
     phase = Str("Where the node is in its promotion: Claimed, Joining, Ready or Releasing.",
                 validate=OneOf(NODE_PHASES))
+    shared = Bool("True for the virtual node that serves spec.promoteResources.resources as a shared slice: it "
+                  "stands for no host node (its capacity is the slice, its pods run in "
+                  "status.sharedResources.namespace), so nothing of the host is claimed or drained for it.")
+
+
+class SharedResourcesSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterSharedResources"
+    DESCRIPTION = ("The shared slice of the host that serves spec.promoteResources.resources (resourcesMode "
+                   "Shared): where the tenant's pods run in the host, how much the slice holds and how much of it "
+                   "is used.")
+
+    namespace = Str("The host namespace the tenant's pods run in; the slice's ResourceQuota and LimitRange live "
+                    "there.", validate=Check(dns1123_label_errors))
+    capacity = Map(Quantity(), "The slice: the virtual node's capacity and the hard limits of the host "
+                   "ResourceQuota, resource name to quantity.", keys=Str(validate=Check(qualified_name_errors)))
+    used = Map(Quantity(), "What the tenant's pods use of the slice, as the host ResourceQuota counts it "
+               "(requests), resource name to quantity.", keys=Str(validate=Check(qualified_name_errors)))
 
 
 class BackupStatusSchema(KubeSchema):
@@ -278,8 +316,11 @@ class VirtualClusterStatusSchema(KubeSchema):
                        validate=Unique(lambda c: c.get("type"), "type"))
     controlPlaneEndpoint = Str("URL (https://host:port) of the tenant kube-apiserver.")
     port = Int("Port of the tenant kube-apiserver.", validate=Range(1, 65535))
-    nodes = Array(Obj(NodeStatusSchema), "Host nodes promoted into the virtual cluster and their phases.",
+    nodes = Array(Obj(NodeStatusSchema), "Host nodes promoted into the virtual cluster and their phases, and the "
+                  "virtual node of a shared slice (shared: true).",
                   validate=Unique(lambda n: n.get("name"), "name"))
+    sharedResources = Obj(SharedResourcesSchema, "The shared slice serving spec.promoteResources.resources, when "
+                          "there is one: its host namespace, its capacity and its use.")
     backups = Array(Obj(BackupStatusSchema), "The snapshots kept (spec.backup), oldest first.",
                     validate=Unique(lambda b: b.get("name"), "name"))
 
@@ -362,7 +403,7 @@ class ListMetaSchema(KubeSchema):
 class VirtualClusterSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualCluster"
     DESCRIPTION = ("A tenant Kubernetes control plane run for a namespace of the host cluster, with host nodes "
-                   "promoted into it.")
+                   "promoted into it and a slice of the shared host's compute.")
     GVK = ({"group": VIRTUALCLUSTERS.group, "kind": VIRTUALCLUSTERS.kind, "version": VIRTUALCLUSTERS.version},)
 
     apiVersion = _api_version()

@@ -7,6 +7,7 @@ from typing import Any
 from apiserver.apis import schema
 from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER, VIRTUALCLUSTERS
+from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
 from apiserver.machinery.fieldpath import type_of
 from apiserver.machinery.golang import go_bad_value, go_quote
@@ -19,19 +20,30 @@ Obj = dict[str, Any]
 IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps")
 
 
+def _status_nodes(obj: Obj) -> list[Obj]:
+    nodes = (obj.get("status") or {}).get("nodes") or []
+    return [n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
+
+
 def desired_nodes(obj: Obj) -> int:
-    """How many nodes the spec asks for, as far as the spec alone can tell."""
+    """How many nodes the spec asks for, as far as the spec alone can tell, or how many
+    ``status.nodes`` lists if that is more (resources served by whole nodes, nodes being released).
+
+    A shared slice counts as one node: the virtual node that serves it, listed in ``status.nodes``
+    with ``shared: true``."""
     spec = obj.get("spec") or {}
     count = sum(int(p.get("nodeCount") or 0) for p in spec.get("promotePolicies") or [])
     resources = spec.get("promoteResources") or {}
     named = set(resources.get("nodes") or []) | {i.get("nodeName") for i in resources.get("nodeInfos") or []}
     count += len(named)
-    claimed = len((obj.get("status") or {}).get("nodes") or [])
-    return max(count, claimed)
+    if shared_slice(spec) is not None:
+        count += 1
+    return max(count, len(_status_nodes(obj)))
 
 
 def ready_nodes(obj: Obj) -> int:
-    return sum(1 for n in (obj.get("status") or {}).get("nodes") or [] if n.get("phase") == "Ready")
+    """The ``status.nodes`` entries that are Ready: promoted host nodes and a shared slice's virtual node alike."""
+    return sum(1 for n in _status_nodes(obj) if n.get("phase") == "Ready")
 
 
 STANDARD_FINALIZERS = ("orphan", "foregroundDeletion", "kubernetes")
@@ -59,7 +71,8 @@ class VirtualClusterStrategy:
         Column("Name", "string", "Name must be unique within a namespace.", format="name"),
         Column("Phase", "string", "Lifecycle phase of the virtual cluster."),
         Column("Ready", "string", "Status of the Ready condition."),
-        Column("Nodes", "string", "Promoted nodes that are ready, out of those desired."),
+        Column("Nodes", "string", "Nodes that are ready, out of those desired: promoted host nodes and the virtual "
+                                  "node of a shared slice."),
         Column("Age", "date", "Time since the object was created."),
         Column("Endpoint", "string", "URL of the tenant kube-apiserver.", priority=1),
     )

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from apiserver.apis.conditions import find_condition
+from apiserver.apis.sharedslice import dedicated_resources
 from apiserver.machinery.quantity import QuantityError, parse_quantity
 from apiserver.machinery.selectors import selector_from_label_selector
 
@@ -78,10 +79,12 @@ def allocatable(node: Node, resource: str) -> Decimal:
 
 
 def requests_nodes(spec: Mapping[str, Any]) -> bool:
-    """Whether the spec asks for any node at all (by count, by name or by resources)."""
+    """Whether the spec asks for any host node at all: by count, by name, or by resources in
+    ``resourcesMode: Dedicated``. Resources in Shared mode (the default) are a slice of the shared host
+    (:func:`apiserver.apis.sharedslice.shared_slice`): no host node is promoted for them."""
     resources = spec.get("promoteResources") or {}
     return (any(int(p.get("nodeCount") or 0) > 0 for p in spec.get("promotePolicies") or [])
-            or bool(resources.get("nodes") or resources.get("nodeInfos") or resources.get("resources")))
+            or bool(resources.get("nodes") or resources.get("nodeInfos") or dedicated_resources(spec)))
 
 
 @dataclass
@@ -149,7 +152,7 @@ def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str) -> Pla
                 f"promotePolicies[{index}] needs {want} node(s) matching "
                 f"{selector.to_string() or 'any labels'}, {len(candidates)} available ({free_count} free)")
 
-    wanted_resources = resources.get("resources") or {}
+    wanted_resources = dedicated_resources(spec)  # a shared slice promotes no host node
     if wanted_resources:
         needed = {r: parse_quantity(str(q)) for r, q in wanted_resources.items()}
 

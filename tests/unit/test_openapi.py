@@ -360,3 +360,40 @@ def test_the_crd_carries_the_same_merge_structure_as_the_openapi_documents() -> 
     assert crd_found, "the CRD declares list types"
     # The CRD leaves metadata to kube (its own ObjectMeta); everything else is the same.
     assert crd_found == {p: e for p, e in ours.items() if not p.startswith(".metadata")}
+
+
+@both
+def test_resources_mode_is_published_as_an_enum_with_its_default(version: str) -> None:
+    props = definitions(DOCS[version])["io.kosmos.v1alpha1.PromoteResources"]["properties"]
+    mode = props["resourcesMode"]
+    assert (mode["type"], mode["enum"], mode["default"]) == ("string", ["Dedicated", "Shared"], "Shared")
+    assert "Shared (the default)" in mode["description"] and "Dedicated" in mode["description"]
+    assert "shared host" in props["resources"]["description"]
+
+
+@both
+def test_status_publishes_the_shared_slice_and_shared_nodes(version: str) -> None:
+    defs = definitions(DOCS[version])
+    status = defs["io.kosmos.v1alpha1.VirtualClusterStatus"]["properties"]
+    assert status["sharedResources"]["$ref"].endswith("io.kosmos.v1alpha1.VirtualClusterSharedResources")
+    shared = defs["io.kosmos.v1alpha1.VirtualClusterSharedResources"]["properties"]
+    assert set(shared) == {"namespace", "capacity", "used"}
+    assert shared["namespace"]["type"] == "string"
+    for name in ("capacity", "used"):
+        assert shared[name]["type"] == "object"
+        assert shared[name]["additionalProperties"]["$ref"].endswith("io.k8s.apimachinery.pkg.api.resource.Quantity")
+    node = defs["io.kosmos.v1alpha1.VirtualClusterNode"]["properties"]
+    assert node["shared"]["type"] == "boolean"
+
+
+def test_the_crd_defaults_resources_mode_and_takes_slice_quantities_as_int_or_string() -> None:
+    from bench.crd import virtualcluster_crd
+
+    crd = virtualcluster_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    mode = crd["properties"]["spec"]["properties"]["promoteResources"]["properties"]["resourcesMode"]
+    assert (mode["enum"], mode["default"]) == (["Dedicated", "Shared"], "Shared")
+    shared = crd["properties"]["status"]["properties"]["sharedResources"]["properties"]
+    for name in ("capacity", "used"):
+        assert shared[name]["additionalProperties"]["x-kubernetes-int-or-string"] is True
+    nodes = crd["properties"]["status"]["properties"]["nodes"]
+    assert nodes["items"]["properties"]["shared"]["type"] == "boolean"

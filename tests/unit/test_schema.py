@@ -64,7 +64,8 @@ def test_a_fully_populated_spec_and_status_are_valid() -> None:
             "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]},
                                  {"key": "gpu", "operator": "DoesNotExist"}]}, "nodeCount": 0}],
         "promoteResources": {"nodes": ["node1"], "nodeInfos": [{"nodeName": "node2"}],
-                             "resources": {"cpu": 10, "memory": "100Gi", "nvidia.com/gpu": "1", "x": 0.5}},
+                             "resources": {"cpu": 10, "memory": "100Gi", "nvidia.com/gpu": "1", "x": 0.5},
+                             "resourcesMode": "Shared"},
         "kubeInKubeConfig": {"apiServerReplicas": 3, "apiServerServiceType": "hostNetwork", "externalPort": 31443,
                              "forceDestroy": True, "etcdStorageClass": "fast-ssd", "etcdUnitSize": "1Gi",
                              "clusterCIDR": "10.244.0.0/16"},
@@ -76,7 +77,9 @@ def test_a_fully_populated_spec_and_status_are_valid() -> None:
         "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
                         "lastTransitionTime": "2024-01-02T15:04:05.123+02:00", "observedGeneration": 2}],
         "controlPlaneEndpoint": "https://127.0.0.1:6443", "port": 6443,
-        "nodes": [{"name": "node1", "phase": "Ready"}],
+        "nodes": [{"name": "node1", "phase": "Ready"}, {"name": "kosmos-shared-0", "phase": "Ready", "shared": True}],
+        "sharedResources": {"namespace": "vcw-tenant1-tenant1-cluster-0a1b2c",
+                            "capacity": {"cpu": 10, "memory": "100Gi"}, "used": {"cpu": "2500m", "memory": "3Gi"}},
     }
     assert validate_spec(spec) == []
     assert validate_status(status) == []
@@ -254,6 +257,76 @@ def test_a_node_info_needs_a_node_name() -> None:
         Cause("FieldValueRequired", "Required value", "spec.promoteResources.nodeInfos[0].nodeName")]
 
 
+@pytest.mark.parametrize("mode", ["Shared", "Dedicated"])
+def test_resources_mode_is_shared_or_dedicated(mode: str) -> None:
+    assert validate_spec({"promoteResources": {"resources": {"cpu": 1}, "resourcesMode": mode}}) == []
+
+
+@pytest.mark.parametrize("mode", ["shared", "Exclusive", ""])
+def test_an_unknown_resources_mode_lists_the_supported_values_as_a_crd_enum_does(mode: str) -> None:
+    assert validate_spec({"promoteResources": {"resourcesMode": mode}}) == [Cause(
+        "FieldValueNotSupported", f'Unsupported value: "{mode}": supported values: "Dedicated", "Shared"',
+        "spec.promoteResources.resourcesMode")]
+
+
+def test_a_resources_mode_of_the_wrong_json_type_is_a_type_error() -> None:
+    [cause] = validate_spec({"promoteResources": {"resourcesMode": True}})
+    assert cause.message == ('Invalid value: "boolean": spec.promoteResources.resourcesMode in body must be of '
+                             'type string: "boolean"')
+
+
+@pytest.mark.parametrize("given", [{}, {"resources": {"cpu": 1}}, {"nodes": ["n1"]}, {"resourcesMode": None}])
+def test_resources_mode_defaults_to_shared_where_promote_resources_is_given(given: dict[str, Any]) -> None:
+    obj = {"spec": {"promoteResources": dict(given)}}
+    assert prune_unknown_fields(obj) == []
+    assert obj["spec"]["promoteResources"]["resourcesMode"] == "Shared"
+
+
+def test_an_explicit_resources_mode_is_kept_and_none_is_made_up_without_promote_resources() -> None:
+    kept = {"spec": {"promoteResources": {"resources": {"cpu": 1}, "resourcesMode": "Dedicated"}}}
+    prune_unknown_fields(kept)
+    assert kept["spec"]["promoteResources"] == {"resources": {"cpu": 1}, "resourcesMode": "Dedicated"}
+    without = {"spec": {"promotePolicies": [{"nodeCount": 1}]}}
+    prune_unknown_fields(without)
+    assert without == {"spec": {"promotePolicies": [{"nodeCount": 1}]}}
+
+
+@pytest.mark.parametrize(("resource", "value", "message"), [
+    ("cpu", "ten", f'Invalid value: "ten": {QUANTITY_REGEX_MESSAGE}'),
+    ("memory", "100GB", f'Invalid value: "100GB": {QUANTITY_REGEX_MESSAGE}'),
+    ("cpu", "-1", 'Invalid value: "-1": must be greater than or equal to 0'),
+    ("memory", -5, "Invalid value: -5: must be greater than or equal to 0"),
+])
+def test_cpu_and_memory_are_validated_as_quantities_in_kubes_words(resource: str, value: Any, message: str) -> None:
+    assert validate_spec({"promoteResources": {"resources": {resource: value}}}) == [
+        Cause("FieldValueInvalid", message, f"spec.promoteResources.resources[{resource}]")]
+
+
+def test_status_shared_resources_are_checked() -> None:
+    causes = by_field(validate_status({"sharedResources": {
+        "namespace": "Not_A_Namespace", "capacity": {"cpu": "ten", "bad name": "1"}, "used": {"memory": -1}}}))
+    assert causes.keys() == {"status.sharedResources.namespace", "status.sharedResources.capacity[cpu]",
+                             "status.sharedResources.capacity[bad name]", "status.sharedResources.used[memory]"}
+    assert causes["status.sharedResources.namespace"].message.startswith(
+        'Invalid value: "Not_A_Namespace": a lowercase RFC 1123 label must consist of')
+    assert causes["status.sharedResources.capacity[cpu]"].message == f'Invalid value: "ten": {QUANTITY_REGEX_MESSAGE}'
+    assert causes["status.sharedResources.used[memory]"].message == (
+        "Invalid value: -1: must be greater than or equal to 0")
+    [dotted] = validate_status({"sharedResources": {"namespace": "a.b"}})
+    assert dotted.message == 'Invalid value: "a.b": must not contain dots'
+    [typed] = validate_status({"sharedResources": {"capacity": []}})
+    assert typed.message.endswith('status.sharedResources.capacity in body must be of type object: "array"')
+
+
+def test_a_status_node_may_be_marked_shared_with_a_boolean() -> None:
+    assert validate_status({"nodes": [{"name": "kosmos-shared-0", "phase": "Ready", "shared": True},
+                                      {"name": "node1", "shared": False}]}) == []
+    [cause] = validate_status({"nodes": [{"name": "kosmos-shared-0", "shared": "yes"}]})
+    assert (cause.field, cause.message) == (
+        "status.nodes[0].shared",
+        'Invalid value: "string": status.nodes[0].shared in body must be of type boolean: "string"')
+
+
 @pytest.mark.parametrize("address", ["192.168.0.1", "2001:db8::1", "tenant.example.com", "localhost", ""])
 def test_external_ip_accepts_ips_dns_names_and_empty(address: str) -> None:
     assert validate_spec({"externalIP": address}) == []
@@ -406,6 +479,9 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
         BackupStatusSchema,
         HibernationSchema,
         KubeInKubeConfigSchema,
+        NodeStatusSchema,
+        PromoteResourcesSchema,
+        SharedResourcesSchema,
         VirtualClusterSpecSchema,
         VirtualClusterStatusSchema,
     )
@@ -419,9 +495,12 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
     assert set(KubeInKubeConfigSchema().fields) == {
         "apiServerReplicas", "apiServerServiceType", "externalPort", "forceDestroy", "etcdStorageClass",
         "etcdUnitSize", "clusterCIDR"}
+    assert set(PromoteResourcesSchema().fields) == {"nodes", "nodeInfos", "resources", "resourcesMode"}
     assert set(VirtualClusterStatusSchema().fields) == {
         "phase", "reason", "message", "updateTime", "observedGeneration", "conditions", "controlPlaneEndpoint",
-        "port", "nodes", "backups"}
+        "port", "nodes", "sharedResources", "backups"}
+    assert set(NodeStatusSchema().fields) == {"name", "phase", "shared"}
+    assert set(SharedResourcesSchema().fields) == {"namespace", "capacity", "used"}
 
 
 # --------------------------------------------------------------------------- the fast path
@@ -453,7 +532,8 @@ def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
 RICH_SPEC: dict[str, Any] = {
     "externalIP": "10.0.0.1", "externalIps": ["vc.example.com"],
     "promotePolicies": [{"labelSelector": {"matchLabels": {"zone": "a"}}, "nodeCount": 2}],
-    "promoteResources": {"nodes": ["n1"], "nodeInfos": [{"nodeName": "n2"}], "resources": {"cpu": "8", "memory": 1}},
+    "promoteResources": {"nodes": ["n1"], "nodeInfos": [{"nodeName": "n2"}], "resources": {"cpu": "8", "memory": 1},
+                         "resourcesMode": "Shared"},
     "kubeInKubeConfig": {"apiServerReplicas": 1, "apiServerServiceType": "nodePort", "externalPort": 30443,
                          "forceDestroy": False, "etcdUnitSize": "1Gi", "clusterCIDR": "10.244.0.0/16"},
 }
@@ -462,7 +542,9 @@ RICH_STATUS: dict[str, Any] = {
     "observedGeneration": 1, "controlPlaneEndpoint": "https://127.0.0.1:6443", "port": 6443,
     "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-22T00:00:00Z",
                     "observedGeneration": 1}],
-    "nodes": [{"name": "n1", "phase": "Ready"}],
+    "nodes": [{"name": "n1", "phase": "Ready"}, {"name": "kosmos-shared-0", "phase": "Ready", "shared": True}],
+    "sharedResources": {"namespace": "vcw-ns-vc-abc123", "capacity": {"cpu": "8", "memory": 1},
+                        "used": {"cpu": "500m"}},
 }
 
 

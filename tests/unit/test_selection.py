@@ -2,7 +2,8 @@
 
 Pure logic, no cluster: host Nodes are small dicts built below. The spec forms are those of
 /work/shared/API.md: ``promotePolicies[] {labelSelector, nodeCount}``, ``promoteResources.nodes``,
-``promoteResources.nodeInfos[] {nodeName}`` and ``promoteResources.resources``.
+``promoteResources.nodeInfos[] {nodeName}`` and ``promoteResources.resources``, which promotes whole nodes
+only with ``resourcesMode: Dedicated`` (in Shared mode, the default, it is a slice of the shared host).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery.quantity import parse_quantity
 from apiserver.machinery.selectors import label_value_errors
 from reconciler.nodes.kwokjoiner import HOST_NODE_ANNOTATION, tenant_node
@@ -90,6 +92,12 @@ def policies(*rules: Obj) -> Obj:
     return {"promotePolicies": list(rules)}
 
 
+def dedicated(resources: Obj, **promote: Any) -> Obj:
+    """``promoteResources.resources`` served by whole host nodes (``resourcesMode: Dedicated``), beside
+    other ``promoteResources`` fields."""
+    return {"promoteResources": {**promote, "resources": resources, "resourcesMode": "Dedicated"}}
+
+
 def allocatable_sum(host: list[Obj], chosen: list[str], resource: str) -> Decimal:
     by_name = {n["metadata"]["name"]: n for n in host}
     return sum((parse_quantity(by_name[n]["status"]["allocatable"][resource]) for n in chosen), Decimal(0))
@@ -121,7 +129,7 @@ def test_the_same_spec_on_the_same_host_picks_the_same_nodes_by_name_whatever_th
 
 def test_planning_does_not_modify_the_host_nodes_or_the_spec() -> None:
     host = [node("node-a"), node("node-b", claimed_by=OWNER)]
-    spec = {"promotePolicies": [policy(2)], "promoteResources": {"nodes": ["node-a"], "resources": {"cpu": 4}}}
+    spec = {"promotePolicies": [policy(2)], **dedicated({"cpu": 4}, nodes=["node-a"])}
     before = yaml.safe_dump([host, spec])
     plan(spec, host, OWNER)
     assert yaml.safe_dump([host, spec]) == before
@@ -140,7 +148,11 @@ def test_an_empty_spec_wants_no_nodes() -> None:
     (policies(policy(0), policy(1)), True),
     ({"promoteResources": {"nodes": ["node1"]}}, True),
     ({"promoteResources": {"nodeInfos": [{"nodeName": "node1"}]}}, True),
-    ({"promoteResources": {"resources": {"cpu": 1}}}, True),
+    ({"promoteResources": {"resources": {"cpu": 1}}}, False),  # a shared slice: no host node
+    ({"promoteResources": {"resources": {"cpu": 1}, "resourcesMode": "Shared"}}, False),
+    (dedicated({"cpu": 1}), True),
+    (dedicated({}), False),
+    ({"promoteResources": {"nodes": ["node1"], "resources": {"cpu": 1}}}, True),
     ({"promoteResources": {"nodes": [], "nodeInfos": [], "resources": {}}}, False),
 ])
 def test_requests_nodes_tells_whether_any_rule_asks_for_a_node(spec: Obj, wanted: bool) -> None:
@@ -220,7 +232,7 @@ def test_ineligible_nodes_do_not_count_as_free_in_a_shortage(kind: str) -> None:
 
 def test_resources_never_take_ineligible_nodes() -> None:
     host = [INELIGIBLE[kind](f"bad-{i}") for i, kind in enumerate(INELIGIBLE)] + [node("node-a"), node("node-b")]
-    result = plan({"promoteResources": {"resources": {"cpu": 16}}}, host, OWNER)
+    result = plan(dedicated({"cpu": 16}), host, OWNER)
     assert result.claim == ["node-a", "node-b"]
 
 
@@ -322,9 +334,39 @@ def test_each_short_policy_is_reported_with_its_index() -> None:
 
 def test_a_resources_shortage_says_what_is_needed_and_claims_nothing() -> None:
     host = [node("node-a"), node("node-b")]
-    result = plan({"promoteResources": {"resources": {"cpu": 100, "memory": "1Ti"}}}, host, OWNER)
+    result = plan(dedicated({"cpu": 100, "memory": "1Ti"}), host, OWNER)
     assert result.shortages == ["promoteResources.resources needs cpu=100, memory=1Ti; free nodes do not cover it"]
     assert result.claim == []
+
+
+# -- resources in Shared mode (the default): a slice of the shared host, no host node --------------------------
+
+
+@pytest.mark.parametrize("promote", [{"resources": {"cpu": 10, "memory": "100Gi"}},
+                                     {"resources": {"cpu": 10, "memory": "100Gi"}, "resourcesMode": "Shared"}],
+                         ids=["defaulted", "explicit"])
+def test_shared_resources_promote_no_host_node_and_report_no_shortage(promote: Obj) -> None:
+    spec = {"promoteResources": promote}
+    assert plan(spec, [node("node-a"), node("node-b")], OWNER) == Plan()
+    assert plan(spec, [], OWNER) == Plan()  # however little the host has free: the quota is the authority
+    assert not requests_nodes(spec)
+
+
+def test_switching_to_shared_mode_releases_the_nodes_promoted_for_resources() -> None:
+    host = [node("node-a", claimed_by=OWNER), node("node-b", claimed_by=OWNER, claimed_at=T1), node("node-c")]
+    spec = dedicated({"cpu": 16})
+    assert plan(spec, host, OWNER).keep == ["node-a", "node-b"]
+    spec["promoteResources"]["resourcesMode"] = "Shared"
+    result = plan(spec, host, OWNER)
+    assert result.wanted == [] and result.release == ["node-b", "node-a"]  # newest claim first
+
+
+def test_named_nodes_beside_a_shared_slice_are_still_promoted_whole() -> None:
+    host = [node("node1"), node("node2"), node("node-a")]
+    spec = {"promoteResources": {"nodeInfos": [{"nodeName": "node2"}], "resources": {"cpu": 64}},
+            "promotePolicies": [policy(1)]}
+    result = plan(spec, host, OWNER)
+    assert result.claim == ["node2", "node-a"] and result.satisfied
 
 
 # -- explicit nodes ----------------------------------------------------------------------------------
@@ -386,13 +428,13 @@ def test_ineligible_explicit_nodes_are_reported_by_name(host_node: Obj, message:
 
 def test_ten_cpus_on_eight_cpu_nodes_take_two_nodes() -> None:
     host = [node(f"node-{c}", cpu="8") for c in "dcba"]
-    result = plan({"promoteResources": {"resources": {"cpu": 10}}}, host, OWNER)
+    result = plan(dedicated({"cpu": 10}), host, OWNER)
     assert result.claim == ["node-a", "node-b"] and result.satisfied
 
 
 def test_exactly_enough_stops_taking_nodes() -> None:
     host = [node(f"node-{c}", cpu="8") for c in "abc"]
-    assert plan({"promoteResources": {"resources": {"cpu": "16"}}}, host, OWNER).claim == ["node-a", "node-b"]
+    assert plan(dedicated({"cpu": "16"}), host, OWNER).claim == ["node-a", "node-b"]
 
 
 @pytest.mark.parametrize(("wanted", "count"), [
@@ -405,7 +447,7 @@ def test_exactly_enough_stops_taking_nodes() -> None:
 ])
 def test_memory_quantities_are_parsed_as_kubernetes_does(wanted: str, count: int) -> None:
     host = [node(f"node-{i}", memory="32Gi") for i in range(6)]
-    result = plan({"promoteResources": {"resources": {"memory": wanted}}}, host, OWNER)
+    result = plan(dedicated({"memory": wanted}), host, OWNER)
     assert len(result.claim) == count
     assert result.satisfied
 
@@ -413,26 +455,39 @@ def test_memory_quantities_are_parsed_as_kubernetes_does(wanted: str, count: int
 def test_allocatable_quantities_are_parsed_as_kubernetes_does() -> None:
     host = [node("node-a", cpu="7800m", memory="34359738368"), node("node-b", cpu="7800m", memory="32768Mi"),
             node("node-c", cpu="7800m", memory="32Gi")]
-    assert plan({"promoteResources": {"resources": {"cpu": "15.6"}}}, host, OWNER).claim == ["node-a", "node-b"]
-    assert len(plan({"promoteResources": {"resources": {"cpu": "15601m"}}}, host, OWNER).claim) == 3
-    assert plan({"promoteResources": {"resources": {"memory": "64Gi"}}}, host, OWNER).claim == ["node-a", "node-b"]
+    assert plan(dedicated({"cpu": "15.6"}), host, OWNER).claim == ["node-a", "node-b"]
+    assert len(plan(dedicated({"cpu": "15601m"}), host, OWNER).claim) == 3
+    assert plan(dedicated({"memory": "64Gi"}), host, OWNER).claim == ["node-a", "node-b"]
 
 
 def test_resources_count_assigned_nodes_first_and_keep_them() -> None:
     host = [node("node-a"), node("node-z", claimed_by=OWNER)]
-    result = plan({"promoteResources": {"resources": {"cpu": 8}}}, host, OWNER)
+    result = plan(dedicated({"cpu": 8}), host, OWNER)
     assert result.keep == ["node-z"] and result.claim == [] and result.release == []
 
 
 def test_resources_count_the_nodes_other_rules_already_chose() -> None:
     host = [node("node-a"), node("node-b"), node("node-c")]
-    spec = {"promoteResources": {"nodes": ["node-c"], "resources": {"cpu": 16}}}
+    spec = dedicated({"cpu": 16}, nodes=["node-c"])
     assert plan(spec, host, OWNER).claim == ["node-c", "node-a"]
 
 
-def test_the_kosmos_proposal_example_takes_its_named_nodes_plus_enough_for_100gi() -> None:
+def test_the_kosmos_proposal_example_takes_its_named_nodes_and_leaves_its_resources_to_a_shared_slice() -> None:
     spec = example_spec("kosmos-proposal.yaml")
     assert spec["promoteResources"]["nodes"] == ["node1", "node2"]
+    assert "resourcesMode" not in spec["promoteResources"]  # the example as the proposal writes it: Shared
+    host = [node("node1"), node("node2"), node("node-extra-1"), node("node-extra-2"), node("node-extra-3"),
+            node("node-extra-4"), node("control-plane", control_plane=True)]
+    result = plan(spec, host, OWNER)
+    assert result.satisfied
+    assert result.claim == ["node1", "node2"]
+    assert shared_slice(spec) == {"cpu": "10", "memory": "100Gi"}
+    assert requests_nodes(spec)
+
+
+def test_the_kosmos_proposal_example_in_dedicated_mode_takes_its_named_nodes_plus_enough_for_100gi() -> None:
+    spec = example_spec("kosmos-proposal.yaml")
+    spec["promoteResources"]["resourcesMode"] = "Dedicated"
     host = [node("node1"), node("node2"), node("node-extra-1"), node("node-extra-2"), node("node-extra-3"),
             node("node-extra-4"), node("control-plane", control_plane=True)]
     result = plan(spec, host, OWNER)
@@ -442,6 +497,7 @@ def test_the_kosmos_proposal_example_takes_its_named_nodes_plus_enough_for_100gi
     assert allocatable_sum(host, result.wanted, "cpu") >= 10
     # and no more than needed: without the last node 100Gi is not covered
     assert allocatable_sum(host, result.wanted[:-1], "memory") < parse_quantity("100Gi")
+    assert shared_slice(spec) is None
 
 
 def test_the_kosmos_proposal_example_waits_when_a_named_node_is_missing() -> None:
@@ -478,8 +534,7 @@ def test_a_node_is_never_counted_twice_across_rules() -> None:
     host = [node("node1"), node("node-a", labels={"pool": "gpu"}), node("node-b", labels={"pool": "gpu"}),
             node("node-c"), node("node-d"), node("node-e")]
     spec = {"promotePolicies": [policy(1, {"matchLabels": {"pool": "gpu"}}), policy(2)],
-            "promoteResources": {"nodes": ["node1"], "nodeInfos": [{"nodeName": "node1"}],
-                                 "resources": {"cpu": 40}}}
+            **dedicated({"cpu": 40}, nodes=["node1"], nodeInfos=[{"nodeName": "node1"}])}
     result = plan(spec, host, OWNER)
     assert result.satisfied
     # named node1; gpu policy node-a; any-policy node-b, node-c (node1/node-a already taken);
@@ -498,7 +553,7 @@ def test_overlapping_policies_take_distinct_nodes_and_fall_short_honestly() -> N
 
 def test_assigned_nodes_are_kept_once_across_rules() -> None:
     host = [node("node1", claimed_by=OWNER), node("node-a", claimed_by=OWNER, claimed_at=T1), node("node-b")]
-    spec = {"promotePolicies": [policy(2)], "promoteResources": {"nodes": ["node1"], "resources": {"cpu": 8}}}
+    spec = {"promotePolicies": [policy(2)], **dedicated({"cpu": 8}, nodes=["node1"])}
     result = plan(spec, host, OWNER)
     assert result.keep == ["node1", "node-a"] and result.claim == ["node-b"] and result.release == []
     assert no_duplicates(result)
