@@ -19,6 +19,7 @@ from typing import Any
 from apiserver.apis import hibernation as sleep
 from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER
+from apiserver.apis.sharedslice import shared_slice
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
@@ -44,7 +45,7 @@ from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.nodes.selection import requests_nodes
 from reconciler.runtime.base import ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
 from reconciler.runtime.process import SERVICE_CIDR
-from reconciler.shared.slices import SharedSlices, shared_slice
+from reconciler.shared.slices import SharedSlices
 from reconciler.shared.syncer import SliceReport
 from reconciler.tenantapi import admin_client
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from apiserver.apis import hibernation as sleep
 from apiserver.apis.conditions import find_condition, set_condition
+from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import merge_patch
 from apiserver.registry.rest import WriteOptions
@@ -317,7 +318,7 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
         status.set(sharedResources=seen.shared)
     elif status.current.get("sharedResources"):
         status.set(sharedResources=None)
-    if not requests_nodes(obj.get("spec") or {}) and seen.shared is None:
+    if not requests_nodes(obj.get("spec") or {}) and shared_slice(obj.get("spec") or {}) is None:
         status.set(nodes=[])
         status.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
         status.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")

@@ -55,7 +55,9 @@ class KwokJoiner:
         if self.runtime.alive(self.runtime.pid(base, "kwok"), base):
             return
         command = [str(self.runtime.bin_dir / "kwok"), f"--kubeconfig={base / 'admin.kubeconfig'}",
-                   "--manage-all-nodes=true", "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{_free_port()}",
+                   # only the promoted nodes (annotated so): a shared slice's node is the syncer's
+                   "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+                   "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{_free_port()}",
                    "--cidr=10.244.0.1/16"]
         pid = self.runtime.spawn(base, "kwok", command)
         log.info("started kwok for %s/%s (pid %d)", meta["namespace"], meta["name"], pid)

@@ -81,11 +81,3 @@ class SharedSlices:
                 await remove_namespace(self.host, meta["name"])
                 removed.append(meta["name"])
         return removed
-
-def shared_slice(spec: Obj) -> dict[str, str] | None:
-    """The slice the spec asks for: ``promoteResources.resources`` unless its mode is Dedicated."""
-    wanted = (spec.get("promoteResources") or {})
-    resources = wanted.get("resources") or {}
-    if not resources or wanted.get("resourcesMode", "Shared") == "Dedicated":
-        return None
-    return {str(k): str(v) for k, v in resources.items()}

@@ -64,7 +64,7 @@ class SliceReport:
         return {"namespace": self.namespace, "capacity": self.capacity, "used": self.used}
 
     def node(self) -> dict[str, Any]:
-        return {"name": NODE_NAME, "phase": "Ready" if self.ready else "NotReady", "shared": True}
+        return {"name": NODE_NAME, "phase": "Ready" if self.ready else "Joining", "shared": True}
 
 
 class SliceSyncer:
