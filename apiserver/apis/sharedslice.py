@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEDICATED", "DEFAULT_MODE", "RESOURCES_MODES", "SHARED", "dedicated_resources", "quantity_text", "resources_mode",
-           "shared_slice"]
+__all__ = ["DEDICATED", "DEFAULT_MODE", "RESOURCES_MODES", "SHARED", "dedicated_resources", "quantity_text",
+           "resources_mode", "shared_slice"]
 
 SHARED = "Shared"
 DEDICATED = "Dedicated"

@@ -336,13 +336,36 @@ class KubeField(fields.Field):
         return kwargs
 
 
+def _enum_bad_value(value: Any, nested: bool = False) -> Any:
+    """A non-string value as a CRD's enum check echoes it after the type error: objects (nested ones
+    too) as ``{}``, integers beyond int64 as the float64 they decode to, and inside an array whole
+    numbers as Go's JSON writes them (``1``, not ``1.0``)."""
+    if isinstance(value, Mapping):
+        return {}
+    if isinstance(value, list | tuple):
+        return [_enum_bad_value(v, nested=True) for v in value]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and not MIN_INT64 <= value <= MAX_INT64:
+        value = float(value)
+    if nested and isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    return value
+
+
 class Str(KubeField, fields.String):
     def __init__(self, description: str = "", **kwargs: Any) -> None:
         super().__init__(**self.options(description, kwargs))
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         if not isinstance(value, str):
-            raise _wrong_type("string", value)
+            problems = [Problem(FIELD_VALUE_INVALID, value=json_type(value), expected_type="string")]
+            # A CRD checks an enum whatever the type, so a value of the wrong type gets both causes.
+            for validator in self.validators:
+                if isinstance(validator, OneOf):
+                    problems.append(Problem(FIELD_VALUE_NOT_SUPPORTED, value=_enum_bad_value(value),
+                                            supported=tuple(validator.choices)))
+            raise fail(*problems)
         return value
 
 

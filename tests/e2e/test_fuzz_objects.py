@@ -233,7 +233,8 @@ FULL_SPEC = {
     "externalIP": "192.0.2.10", "externalIps": ["192.0.2.11"],
     "promotePolicies": [{"labelSelector": {"matchLabels": {"zone": "a"}, "matchExpressions": [
         {"key": "type", "operator": "In", "values": ["kwok"]}]}, "nodeCount": 1}],
-    "promoteResources": {"nodes": ["n1"], "nodeInfos": [{"nodeName": "n2"}], "resources": {"cpu": "1", "memory": "1Gi"}},
+    "promoteResources": {"nodes": ["n1"], "nodeInfos": [{"nodeName": "n2"}], "resources": {"cpu": "1", "memory": "1Gi"},
+                         "resourcesMode": "Shared"},
     "kubeInKubeConfig": {"apiServerReplicas": 1, "apiServerServiceType": "nodePort", "externalPort": 30443,
                          "forceDestroy": False, "etcdStorageClass": "standard", "etcdUnitSize": "1Gi",
                          "clusterCIDR": "10.0.0.0/16"},
@@ -244,7 +245,8 @@ FULL_STATUS = {
     "controlPlaneEndpoint": "https://127.0.0.1:6443", "port": 6443,
     "conditions": [{"type": "Ready", "status": "False", "reason": "r", "message": "m",
                     "lastTransitionTime": "2024-01-02T03:04:05Z", "observedGeneration": 1}],
-    "nodes": [{"name": "n1", "phase": "Claimed"}],
+    "nodes": [{"name": "n1", "phase": "Claimed"}, {"name": "kosmos-shared-0", "phase": "Ready", "shared": True}],
+    "sharedResources": {"namespace": "vcw-fuzz", "capacity": {"cpu": "1", "memory": "1Gi"}, "used": {"cpu": "100m"}},
 }
 
 

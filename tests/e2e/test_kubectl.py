@@ -123,6 +123,26 @@ def test_explain_reaches_the_label_selector_of_promote_policies(kubectl: Kubectl
     assert "spec" in top and "status" in top
 
 
+def test_resources_mode_is_explained_defaulted_to_shared_and_checked_as_an_enum(kubectl: Kubectl,
+                                                                                namespace: str) -> None:
+    explained = kubectl.run("explain", "virtualclusters.spec.promoteResources").stdout
+    for text in ("resourcesMode\t<string>", "resources\t<map[string]", "Shared (the default)", "Dedicated"):
+        assert text in explained, explained
+    status = kubectl.run("explain", "virtualclusters.status.sharedResources").stdout
+    for text in ("namespace\t<string>", "capacity\t<map[string]", "used\t<map[string]"):
+        assert text in status, status
+    slice_only = {"promoteResources": {"resources": {"cpu": 10, "memory": "100Gi"}}}
+    created = json.loads(kubectl.run("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                     input=json.dumps(vc("slice", namespace, slice_only))).stdout)
+    assert created["spec"]["promoteResources"] == {"resources": {"cpu": 10, "memory": "100Gi"},
+                                                   "resourcesMode": "Shared"}
+    refused = create(kubectl, vc("mode", namespace, {"promoteResources": {"resourcesMode": "Exclusive"}}),
+                     check=False)
+    assert refused.returncode != 0
+    assert ('spec.promoteResources.resourcesMode: Unsupported value: "Exclusive": supported values: '
+            '"Dedicated", "Shared"') in refused.stderr, refused.stderr
+
+
 def test_patch_merge_json_and_strategic(kubectl: Kubectl, namespace: str) -> None:
     create(kubectl, vc("p1", namespace))
     kubectl.run("patch", "vc", "p1", "-n", namespace, "--type", "merge",

@@ -365,6 +365,36 @@ def test_status_writes_record_metadata_but_not_spec(clients: dict[str, Client]) 
                                    fieldManager="vc-controller"))
 
 
+def test_resources_mode_is_defaulted_and_its_enum_checked_as_the_crd_does(clients: dict[str, Client]) -> None:
+    """``resourcesMode`` defaults to Shared wherever ``promoteResources`` is given (on create, on a patch
+    that nulls it, on an apply that leaves it out) and is owned as kube owns a defaulted field; a value
+    outside the enum is refused with the same cause."""
+    name = "slice"
+    created = both(clients, lambda c: c.send("POST", "", {**applied(name), "spec": {"promoteResources": {
+        "resources": {"cpu": 10, "memory": "100Gi"}}}}, fieldManager="creator"))
+    assert {n: body["spec"] for n, (_, body) in created.items()} == {
+        n: {"promoteResources": {"resources": {"cpu": 10, "memory": "100Gi"}, "resourcesMode": "Shared"}}
+        for n in clients}
+    dedicated = both(clients, lambda c: c.send("PATCH", f"/{name}", {"spec": {"promoteResources": {
+        "resourcesMode": "Dedicated"}}}, MERGE, fieldManager="patcher"))
+    assert {n: body["spec"]["promoteResources"]["resourcesMode"] for n, (_, body) in dedicated.items()} == {
+        n: "Dedicated" for n in clients}
+    nulled = both(clients, lambda c: c.send("PATCH", f"/{name}", {"spec": {"promoteResources": {
+        "resourcesMode": None}}}, MERGE, fieldManager="patcher"))
+    assert {n: body["spec"]["promoteResources"]["resourcesMode"] for n, (_, body) in nulled.items()} == {
+        n: "Shared" for n in clients}
+    config = applied(name, promoteResources={"nodes": ["node1"], "resources": {"cpu": 4}})
+    result = both(clients, lambda c: c.send("PATCH", f"/{name}", config, APPLY, fieldManager="applier",
+                                            force="true"))
+    assert {n: body["spec"]["promoteResources"]["resourcesMode"] for n, (_, body) in result.items()} == {
+        n: "Shared" for n in clients}
+    # A value of another JSON type gets the enum's cause after the type error, as a CRD gives it.
+    for wrong in ("Exclusive", "shared", "Shared ", "", 1, 1.0, 1e20, 2**70, True, {"a": 1}, [1, 2.0, {"a": 1}], []):
+        refused = both(clients, lambda c, w=wrong: c.send("PATCH", f"/{name}", {"spec": {"promoteResources": {
+            "resourcesMode": w}}}, MERGE, fieldManager="patcher"))
+        assert refused["ours"][0] == 422, refused["baseline"]
+
+
 def test_server_side_apply_of_sets_and_keyed_lists(clients: dict[str, Client]) -> None:
     """Items of sets and keyed lists are owned one by one: two managers share a list, the order
     of the merge is kube's, and an item one manager drops goes while the other's stay."""

@@ -80,9 +80,10 @@ def test_promoted_nodes_are_claimed_in_the_host_and_run_tenant_pods(host: Kubect
     assert_returned(host, list(claims(host)))
 
 
-def test_resources_request_promotes_enough_nodes(host: Kubectl) -> None:
+def test_dedicated_resources_request_promotes_enough_nodes(host: Kubectl) -> None:
     ns = host.ensure_namespace("resources")
-    host.run("create", "-f", "-", input=json.dumps(vc("cpu", ns, {"promoteResources": {"resources": {"cpu": 10}}})))
+    spec = {"promoteResources": {"resources": {"cpu": 10}, "resourcesMode": "Dedicated"}}
+    host.run("create", "-f", "-", input=json.dumps(vc("cpu", ns, spec)))
     wait_phase(host, ns, "cpu", "Completed")
     claimed = [n for n, v in claims(host).items() if v == f"{ns}.cpu"]
     cpus = [int(host.json("get", "node", n)["status"]["allocatable"]["cpu"]) for n in claimed]
@@ -91,7 +92,9 @@ def test_resources_request_promotes_enough_nodes(host: Kubectl) -> None:
     assert_returned(host, claimed)
 
 
-def test_the_kosmos_proposal_example_promotes_the_nodes_it_names(host: Kubectl) -> None:
+def test_the_kosmos_proposal_example_promotes_the_nodes_it_names_and_asks_for_a_shared_slice(host: Kubectl) -> None:
+    """Its ``resources`` (cpu 10, memory 100Gi) are a slice of the shared host (``resourcesMode``
+    defaults to Shared): only the two named nodes are promoted, however much memory they have."""
     example = yaml.safe_load((EXAMPLES / "kosmos-proposal.yaml").read_text())
     host.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
         fake_node("node1", 1), fake_node("node2", 2), fake_node("node-extra", 4)]}))
@@ -99,9 +102,10 @@ def test_the_kosmos_proposal_example_promotes_the_nodes_it_names(host: Kubectl) 
     host.run("apply", "-f", str(EXAMPLES / "kosmos-proposal.yaml"))
     wait_phase(host, "tenant1", "tenant1-cluster", "Completed", timeout=150)
     claimed = sorted(n for n, v in claims(host).items() if v == "tenant1.tenant1-cluster")
-    assert {"node1", "node2"} <= set(claimed)
-    memory = sum(int(host.json("get", "node", n)["status"]["allocatable"]["memory"].rstrip("Gi")) for n in claimed)
-    assert memory >= 100
+    assert claimed == ["node1", "node2"]  # 64Gi between them; Dedicated mode would have taken node-extra too
+    stored = host.json("get", "vc", "tenant1-cluster", "-n", "tenant1")["spec"]["promoteResources"]
+    assert stored["resourcesMode"] == "Shared"
+    assert stored["resources"] == example["spec"]["promoteResources"]["resources"]
     host.run("delete", "-f", str(EXAMPLES / "kosmos-proposal.yaml"), "--wait", timeout=120)
     assert_returned(host, claimed)
     host.run("delete", "node", "node1", "node2", "node-extra")

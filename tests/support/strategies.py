@@ -71,7 +71,8 @@ SPEC = st.fixed_dictionaries({}, optional={
         "nodes": either(st.lists(NAMES, max_size=3)),
         "nodeInfos": either(st.lists(st.fixed_dictionaries({"nodeName": either(NAMES)}), max_size=2)),
         "resources": either(st.dictionaries(st.sampled_from(["cpu", "memory", "pods"]) | st.text(max_size=10),
-                                            QUANTITIES, max_size=3))})),
+                                            QUANTITIES, max_size=3)),
+        "resourcesMode": either(st.sampled_from(["Shared", "Dedicated", "shared", ""]))})),
     "kubeInKubeConfig": either(st.fixed_dictionaries({}, optional={
         "apiServerReplicas": either(INTS),
         "apiServerServiceType": either(st.sampled_from(["nodePort", "hostNetwork", "LoadBalancer"])),
@@ -94,8 +95,13 @@ STATUS = st.fixed_dictionaries({}, optional={
     "controlPlaneEndpoint": either(st.text(max_size=30)),
     "conditions": either(st.lists(CONDITION, max_size=2)),
     "nodes": either(st.lists(st.fixed_dictionaries({
-        "name": either(NAMES), "phase": either(st.sampled_from(["Claimed", "Joining", "Ready", "Releasing", "?"]))}),
-        max_size=2)),
+        "name": either(NAMES), "phase": either(st.sampled_from(["Claimed", "Joining", "Ready", "Releasing", "?"]))},
+        optional={"shared": either(st.booleans())}), max_size=2)),
+    "sharedResources": either(st.fixed_dictionaries({}, optional={
+        "namespace": either(NAMES),
+        "capacity": either(st.dictionaries(st.sampled_from(["cpu", "memory", "pods"]) | st.text(max_size=10),
+                                           QUANTITIES, max_size=3)),
+        "used": either(st.dictionaries(st.sampled_from(["cpu", "memory"]), QUANTITIES, max_size=2))})),
 })
 FINALIZERS = st.lists(st.one_of(st.just(FINALIZER), st.from_regex(r"[a-z]{1,8}\.io/[a-z]{1,8}", fullmatch=True),
                                 st.text(max_size=20)), max_size=3)

@@ -269,10 +269,27 @@ def test_an_unknown_resources_mode_lists_the_supported_values_as_a_crd_enum_does
         "spec.promoteResources.resourcesMode")]
 
 
-def test_a_resources_mode_of_the_wrong_json_type_is_a_type_error() -> None:
-    [cause] = validate_spec({"promoteResources": {"resourcesMode": True}})
-    assert cause.message == ('Invalid value: "boolean": spec.promoteResources.resourcesMode in body must be of '
-                             'type string: "boolean"')
+@pytest.mark.parametrize(("value", "json_type", "echoed"), [
+    (True, "boolean", "true"), (1, "integer", "1"), (1.0, "number", "1"), (1e20, "number", "1e+20"),
+    ({"a": 1}, "object", "{}"), ([1, 2.0, {"a": "b"}], "array", "[1,2,{}]"), ([], "array", "[]"),
+])
+def test_an_enum_of_the_wrong_json_type_gets_the_type_error_and_the_enum_error_as_a_crd_does(
+        value: Any, json_type: str, echoed: str) -> None:
+    path = "spec.promoteResources.resourcesMode"
+    assert validate_spec({"promoteResources": {"resourcesMode": value}}) == [
+        Cause("FieldValueTypeInvalid", f'Invalid value: "{json_type}": {path} in body must be of type string: '
+                                       f'"{json_type}"', path),
+        Cause("FieldValueNotSupported", f'Unsupported value: {echoed}: supported values: "Dedicated", "Shared"', path)]
+
+
+def test_every_enum_checks_a_value_of_the_wrong_type_against_its_values() -> None:
+    causes = validate_spec({"kubeInKubeConfig": {"apiServerServiceType": 7}})
+    assert [c.message for c in causes] == [
+        'Invalid value: "integer": spec.kubeInKubeConfig.apiServerServiceType in body must be of type string: '
+        '"integer"', 'Unsupported value: 7: supported values: "nodePort", "hostNetwork"']
+    assert [c.type for c in validate_status({"phase": False})] == ["FieldValueTypeInvalid", "FieldValueNotSupported"]
+    # a string field without an enum has the type error only
+    assert [c.type for c in validate_spec({"kubeconfig": 1})] == ["FieldValueTypeInvalid"]
 
 
 @pytest.mark.parametrize("given", [{}, {"resources": {"cpu": 1}}, {"nodes": ["n1"]}, {"resourcesMode": None}])
