@@ -262,8 +262,7 @@ class SliceSyncer:
         await self._check_host()
         self.passes += 1
         tenant_pods = (await self.tenant.get("/api/v1/pods", fieldSelector=f"spec.nodeName={NODE_NAME}"))["items"]
-        host_pods = (await self.host.get(POD_PATH.format(self.namespace),
-                                         labelSelector=f"{names.VC_UID}={self.uid}"))["items"]
+        host_pods = (await self.host.get(POD_PATH.format(self.namespace)))["items"]  # foreign ones too: never ours
         by_name = {p["metadata"]["name"]: p for p in host_pods}
         wanted = set()
         creates: list[tuple[Obj, Obj]] = []
@@ -292,8 +291,9 @@ class SliceSyncer:
         if host is not None and (host["metadata"].get("annotations") or {}).get(names.TENANT_UID) != meta["uid"]:
             if names.owned_by(host, self.uid):  # an earlier incarnation of the same tenant name
                 return self._delete_host(host, None)
-            return self._refuse(pod, "HostNameConflict", f"a host pod {self.namespace}/{host['metadata']['name']} "
-                                                         f"that this slice did not create is in the way")
+            if meta.get("deletionTimestamp"):
+                return self._finalize(pod)  # it never had a host pod of its own
+            return self._refuse(pod, "HostNameConflict", _conflict(self.namespace, host["metadata"]["name"]))
         if meta.get("deletionTimestamp"):
             if host is None:
                 return self._finalize(pod)
@@ -343,8 +343,11 @@ class SliceSyncer:
             except _Missing as e:
                 await self._pending(pod, "MissingReference", str(e), event=True)
             except HostError as e:
-                if e.code == 409:
-                    return  # made meanwhile (a pass before us): the next pass compares
+                if e.code == 409:  # made meanwhile: ours (the next pass compares) or someone else's
+                    existing = await self.host.get(f"{POD_PATH.format(self.namespace)}/{host['metadata']['name']}")
+                    if not names.owned_by(existing, self.uid):
+                        await self._refuse(pod, "HostNameConflict", _conflict(self.namespace, host["metadata"]["name"]))
+                    return
                 if _quota_exceeded(e):
                     refused = f"the host quota of the shared slice has no room: {e.message}"
                     await self._pending(pod, "ProviderFailed", refused, event=True)
@@ -529,6 +532,10 @@ async def remove_namespace(host: KubeClient, namespace: str) -> bool:
             return True
         raise
     return False
+
+
+def _conflict(namespace: str, name: str) -> str:
+    return f"a host pod {namespace}/{name} that this slice did not create holds the pod's host name; it is left alone"
 
 
 class _Missing(Exception):

@@ -26,7 +26,7 @@ NODE = names.NODE_NAME
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from process_stack(tmp_path_factory.mktemp("shared"), 3, 5)
+    yield from process_stack(tmp_path_factory.mktemp("shared"), 4, 5)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,12 @@ def host_pods(host: Kubectl, namespace: str) -> dict[str, dict[str, Any]]:
 
 def tenant_pods(t: Kubectl, *selector: str) -> list[dict[str, Any]]:
     return t.json("get", "pods", *selector)["items"]
+
+
+def three_running(pods: list[dict[str, Any]]) -> bool:
+    """Three pods Running and not leaving (a pod failed HostPodLost stays listed beside its replacement)."""
+    return sum(1 for p in pods if p["status"].get("phase") == "Running"
+               and not p["metadata"].get("deletionTimestamp")) == 3
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -150,9 +156,8 @@ def test_a_started_host_pod_deleted_behind_our_back_fails_its_tenant_pod_and_is_
         host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
     obj, t = sliced
     namespace = obj["status"]["sharedResources"]["namespace"]
-    pods = until(lambda: tenant_pods(t, "-l", "app=web"),
-                 lambda ps: len(ps) == 3 and all(p["status"].get("phase") == "Running" for p in ps))
-    victim = pods[0]["metadata"]["name"]
+    pods = until(lambda: tenant_pods(t, "-l", "app=web"), three_running)
+    victim = next(p for p in pods if p["status"].get("phase") == "Running")["metadata"]["name"]
     host.run("delete", "pod", names.host_name("default", victim), "-n", namespace, "--grace-period=0", "--force")
     lost = until(lambda: t.json("get", "pods", "--field-selector", f"metadata.name={victim}")["items"],
                  lambda ps: not ps or ps[0]["status"].get("reason") == "HostPodLost", what="the pod failed HostPodLost")
@@ -188,6 +193,172 @@ def test_a_pods_configmap_is_copied_before_it_runs_and_collected_after(
     t.run("delete", "pod", "reader", "--wait", timeout=90)
     until(lambda: host.run("get", "configmap", names.host_name("default", "settings"), "-n", namespace,
                            check=False).returncode, lambda rc: rc != 0, what="the copy collected")
+
+
+def test_resizing_the_slice_resizes_the_node_and_the_quota_together(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    obj, t = sliced
+    ns, namespace = obj["metadata"]["namespace"], obj["status"]["sharedResources"]["namespace"]
+    running = {p["metadata"]["uid"] for p in tenant_pods(t, "-l", "app=web")}
+    for cpu in ("6", "4"):
+        host.run("patch", "vc", "team", "-n", ns, "--type", "merge",
+                 "-p", json.dumps({"spec": {"promoteResources": {"resources": {"cpu": cpu}}}}))
+        until(lambda: (t.json("get", "node", NODE)["status"]["allocatable"]["cpu"],
+                       host.json("get", "resourcequota", names.QUOTA, "-n", namespace)["status"]["hard"]["requests.cpu"],
+                       host.json("get", "vc", "team", "-n", ns)["status"]["sharedResources"]["capacity"]["cpu"]),
+              lambda seen, cpu=cpu: seen == (cpu, cpu, cpu), what=f"node, quota and status at cpu {cpu}")
+    assert {p["metadata"]["uid"] for p in tenant_pods(t, "-l", "app=web")} == running  # nothing evicted
+
+
+def test_two_tenants_with_the_same_pod_name_get_separate_host_pods_and_namespaces(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl], tmp_path: Path) -> None:
+    obj, t = sliced
+    ns = obj["metadata"]["namespace"]
+    host.run("create", "-f", "-", input=json.dumps(vc("twin", ns, {"promoteResources": {"resources": {"cpu": "1"}}})))
+    wait_phase(host, ns, "twin", "Completed", timeout=180)
+    other = host.json("get", "vc", "twin", "-n", ns)
+    t2 = tenant(host, ns, "twin", tmp_path)
+    until(lambda: t2.run("get", "serviceaccount", "default", check=False).returncode, lambda rc: rc == 0)
+    for kubectl in (t, t2):
+        kubectl.run("run", "same", "--image=docker.io/library/busybox:1.36", "--restart=Never")
+    spaces = [obj["status"]["sharedResources"]["namespace"], other["status"]["sharedResources"]["namespace"]]
+    assert spaces[0] != spaces[1]
+    mirrors = [until(lambda n=n: host_pods(host, n).get(names.host_name("default", "same")), lambda p: p is not None)
+               for n in spaces]
+    uids = [kubectl.json("get", "pod", "same")["metadata"]["uid"] for kubectl in (t, t2)]
+    assert [m["metadata"]["annotations"][names.TENANT_UID] for m in mirrors] == uids
+    host.run("delete", "vc", "twin", "-n", ns, "--wait", timeout=180)
+    assert host_pods(host, spaces[0])[names.host_name("default", "same")]["metadata"]["uid"] == \
+        mirrors[0]["metadata"]["uid"]  # the other tenant's is untouched
+    t.run("delete", "pod", "same", "--wait", timeout=90)
+
+
+def test_a_foreign_pod_at_the_mapped_name_is_left_alone_and_the_tenant_pod_told_why(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    obj, t = sliced
+    namespace = obj["status"]["sharedResources"]["namespace"]
+    squatter = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": names.host_name("default", "clash"), "namespace": namespace},
+                "spec": {"containers": [{"name": "c", "image": "docker.io/library/busybox:1.36"}]}}
+    host.run("create", "-f", "-", input=json.dumps(squatter))
+    foreign_uid = host.json("get", "pod", squatter["metadata"]["name"], "-n", namespace)["metadata"]["uid"]
+    t.run("run", "clash", "--image=docker.io/library/busybox:1.36", "--restart=Never")
+    refused = until(lambda: t.json("get", "pod", "clash"),
+                    lambda p: condition(p, names.HOST_SCHEDULED).get("reason") == "HostNameConflict",
+                    what="the conflict reported")
+    assert refused["status"]["phase"] == "Pending"
+    time.sleep(2)
+    still = host.json("get", "pod", squatter["metadata"]["name"], "-n", namespace)
+    assert still["metadata"]["uid"] == foreign_uid and names.TENANT_UID not in (still["metadata"].get("annotations") or {})
+    t.run("delete", "pod", "clash", "--wait", timeout=90)
+    host.run("delete", "pod", squatter["metadata"]["name"], "-n", namespace, "--grace-period=0", "--force")
+
+
+def test_a_host_drain_moves_the_slice_pods_to_other_host_nodes(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    obj, t = sliced
+    namespace = obj["status"]["sharedResources"]["namespace"]
+    until(lambda: tenant_pods(t, "-l", "app=web"), three_running)
+    drained = next(iter(host_pods(host, namespace).values()))["spec"]["nodeName"]
+    host.run("drain", drained, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=90s",
+             timeout=120)
+    try:
+        def settled(ps: list[dict[str, Any]]) -> bool:
+            on = {p["spec"].get("nodeName") for p in host_pods(host, namespace).values()}
+            return three_running(ps) and drained not in on
+        until(lambda: tenant_pods(t, "-l", "app=web"), settled, what="the web pods running off the drained node")
+    finally:
+        host.run("uncordon", drained)
+
+
+def test_a_deleted_host_namespace_is_made_again_and_its_started_pods_replaced(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    obj, t = sliced
+    namespace = obj["status"]["sharedResources"]["namespace"]
+    before = {p["metadata"]["uid"] for p in tenant_pods(t, "-l", "app=web") if p["status"].get("phase") == "Running"}
+    host.run("delete", "namespace", namespace, "--wait=false")
+    until(lambda: condition(t.json("get", "node", NODE), "Ready"), lambda c: c.get("status") == "False"
+          and c.get("reason") in ("HostNamespaceMissing", "QuotaNotReady"), timeout=30, what="the node NotReady")
+
+    def recovered(ps: list[dict[str, Any]]) -> bool:
+        running = {p["metadata"]["uid"] for p in ps if p["status"].get("phase") == "Running"}
+        return len(running) == 3 and not running & before
+    until(lambda: tenant_pods(t, "-l", "app=web"), recovered, timeout=150, what="three new web pods Running")
+    quota = host.json("get", "resourcequota", names.QUOTA, "-n", namespace)
+    assert quota["status"]["hard"]["requests.cpu"] == "4"
+    assert condition(t.json("get", "node", NODE), "Ready")["status"] == "True"
+
+
+def test_vc_apiserver_killed_mid_burst_converges_to_one_host_pod_per_tenant_pod(
+        stack: Stack, host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    obj, t = sliced
+    namespace = obj["status"]["sharedResources"]["namespace"]
+    t.run("create", "deployment", "burst", "--image=docker.io/library/busybox:1.36", "--replicas=0")
+    t.run("set", "resources", "deployment", "burst", "--requests=cpu=10m,memory=16Mi")
+    t.run("scale", "deployment", "burst", "--replicas=40")
+    until(lambda: len(host_pods(host, namespace)), lambda n: n >= 10, what="the burst under way")
+    stack.api.proc.kill()
+    stack.api.start()
+
+    def one_to_one(_: object) -> bool:
+        live = {names.host_name("default", p["metadata"]["name"]): p["metadata"]["uid"]
+                for p in tenant_pods(t) if p["status"].get("phase") not in ("Succeeded", "Failed")}
+        mirrored = {n: p["metadata"]["annotations"][names.TENANT_UID] for n, p in host_pods(host, namespace).items()}
+        running = [p for p in tenant_pods(t, "-l", "app=burst") if p["status"].get("phase") == "Running"]
+        return mirrored == live and len(running) == 40
+    until(lambda: None, one_to_one, timeout=150, what="one host pod per live tenant pod, 40 burst pods Running")
+    t.run("delete", "deployment", "burst")
+    until(lambda: [n for n in host_pods(host, namespace) if n.startswith("burst-")], lambda left: not left,
+          what="the burst's host pods gone")
+
+
+def test_the_host_down_for_60s_marks_the_node_not_ready_and_deletes_no_tenant_pod(
+        stack: Stack, host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    _, t = sliced
+    before = {p["metadata"]["uid"] for p in tenant_pods(t)}
+    stack.host.kill_apiserver()
+    down = time.monotonic()
+    try:
+        ready = until(lambda: condition(t.json("get", "node", NODE), "Ready"), lambda c: c.get("status") == "False",
+                      timeout=40, what="the node NotReady")
+        assert ready["reason"] == "HostAPIUnreachable"
+        time.sleep(max(0.0, 60 - (time.monotonic() - down)))
+        assert {p["metadata"]["uid"] for p in tenant_pods(t)} == before
+    finally:
+        stack.host.start_apiserver()
+    until(lambda: condition(t.json("get", "node", NODE), "Ready"), lambda c: c.get("status") == "True",
+          timeout=60, what="the node Ready again")
+    until(lambda: tenant_pods(t, "-l", "app=web"),
+          three_running)
+
+
+def test_a_burst_of_300_pods_in_one_tenant_does_not_hold_up_another_tenants_pod(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl], tmp_path: Path) -> None:
+    obj, t = sliced
+    ns = obj["metadata"]["namespace"]
+    namespace = obj["status"]["sharedResources"]["namespace"]
+    host.run("create", "-f", "-", input=json.dumps(vc("busy", ns, {"promoteResources": {
+        "resources": {"cpu": "40", "memory": "64Gi", "pods": "320"}}})))
+    wait_phase(host, ns, "busy", "Completed", timeout=180)
+    busy = tenant(host, ns, "busy", tmp_path)
+    busy_ns = host.json("get", "vc", "busy", "-n", ns)["status"]["sharedResources"]["namespace"]
+    busy.run("create", "deployment", "flood", "--image=docker.io/library/busybox:1.36", "--replicas=0")
+    busy.run("set", "resources", "deployment", "flood", "--requests=cpu=10m,memory=16Mi")
+    busy.run("scale", "deployment", "flood", "--replicas=300")
+    until(lambda: len(host_pods(host, busy_ns)), lambda n: n >= 30, what="the flood under way")
+    t.run("run", "quick", "--image=docker.io/library/busybox:1.36", "--restart=Never")
+    created = time.monotonic()
+    until(lambda: names.host_name("default", "quick") in host_pods(host, namespace), bool, timeout=30,
+          what="the quiet tenant's host pod")
+    took = time.monotonic() - created
+    flooded = len(host_pods(host, busy_ns))
+    print(f"quiet tenant's host pod after {took:.1f}s while the busy one had {flooded} of 300")
+    assert took < 5.0
+    until(lambda: len([p for p in busy.json("get", "pods", "-l", "app=flood")["items"]
+                       if p["status"].get("phase") == "Running"]), lambda n: n == 300, timeout=240,
+          what="all 300 flood pods Running")
+    host.run("delete", "vc", "busy", "-n", ns, "--wait", timeout=240)
+    t.run("delete", "pod", "quick", "--wait", timeout=90)
 
 
 def test_deleting_the_cluster_removes_the_slice_namespace_and_everything_in_it(host: Kubectl, tmp_path: Path) -> None:
