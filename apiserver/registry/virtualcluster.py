@@ -16,7 +16,7 @@ from apiserver.registry.rest import Column
 
 Obj = dict[str, Any]
 
-IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps")
+IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps", "restoreFrom")
 
 
 def desired_nodes(obj: Obj) -> int:

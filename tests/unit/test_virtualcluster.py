@@ -21,3 +21,16 @@ def test_immutable_fields_show_the_new_value_as_go_does() -> None:
         Cause("FieldValueInvalid", 'Invalid value: ["a.example.com","b"]: field is immutable', "spec.externalIps")]
     [removed] = strategy.validate_update(vc(externalIps=["a.example.com"]), old)
     assert removed.message == "Invalid value: null: field is immutable"
+
+
+def test_restore_from_is_set_on_create_only() -> None:
+    strategy = VirtualClusterStrategy()
+    source = {"virtualCluster": "prod", "snapshot": "prod-20261125-114000"}
+    assert strategy.validate_update(vc(restoreFrom=source), vc(restoreFrom=source)) == []
+    [changed] = strategy.validate_update(vc(restoreFrom={**source, "snapshot": "other"}), vc(restoreFrom=source))
+    assert changed == Cause("FieldValueInvalid", 'Invalid value: {"virtualCluster":"prod","snapshot":"other"}: '
+                                                 'field is immutable', "spec.restoreFrom")
+    [added] = strategy.validate_update(vc(restoreFrom=source), vc())
+    assert added.field == "spec.restoreFrom" and added.message.endswith("field is immutable")
+    [removed] = strategy.validate_update(vc(), vc(restoreFrom=source))
+    assert removed.message == "Invalid value: null: field is immutable"
