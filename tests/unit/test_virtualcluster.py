@@ -28,8 +28,8 @@ def test_restore_from_is_set_on_create_only() -> None:
     source = {"virtualCluster": "prod", "snapshot": "prod-20261125-114000"}
     assert strategy.validate_update(vc(restoreFrom=source), vc(restoreFrom=source)) == []
     [changed] = strategy.validate_update(vc(restoreFrom={**source, "snapshot": "other"}), vc(restoreFrom=source))
-    assert changed == Cause("FieldValueInvalid", 'Invalid value: {"virtualCluster":"prod","snapshot":"other"}: '
-                                                 'field is immutable', "spec.restoreFrom")
+    assert changed == Cause("FieldValueInvalid", 'Invalid value: {"snapshot":"other","virtualCluster":"prod"}: '
+                                                 'field is immutable', "spec.restoreFrom")  # a Go map's key order
     [added] = strategy.validate_update(vc(restoreFrom=source), vc())
     assert added.field == "spec.restoreFrom" and added.message.endswith("field is immutable")
     [removed] = strategy.validate_update(vc(), vc(restoreFrom=source))
