@@ -103,6 +103,21 @@ def test_a_clone_starts_from_the_snapshots_state_with_a_fresh_pki_and_leaves_its
     assert "restored snapshot" in rs.api.log.read_text()
 
 
+def test_a_snapshot_holds_the_tenants_objects_in_clear_but_none_of_its_key_material(rs: Backups,
+                                                                                    taken: Taken) -> None:
+    """The tenant PKI (CA, service-account and component keys) is in vc-apiserver's encrypted secret store
+    and the runtime's pki directory, never in the tenant etcd: a snapshot carries none of it. What it
+    does carry is the tenant's own data, its Secrets included (kube-apiserver stores them unencrypted,
+    as in the etcd data directory): hence mode 0600 in a directory of mode 0700."""
+    data = taken.path.read_bytes()
+    keys = sorted((rs.tenant_dir(NS, taken.source) / "pki").glob("*.key"))
+    assert {k.name for k in keys} >= {"ca.key", "sa.key", "etcd-ca.key", "front-proxy-ca.key", "apiserver.key"}
+    assert not [k.name for k in keys if k.read_bytes().splitlines()[1] in data], "no line of any tenant key"
+    assert b"PRIVATE KEY" not in data
+    assert b"/registry/secrets/default/db" in data and b"hunter2" in data, "the tenant's Secrets, as etcd holds them"
+    assert taken.path.stat().st_mode & 0o077 == 0 and taken.path.parent.stat().st_mode & 0o077 == 0
+
+
 def test_a_snapshot_restores_a_virtual_cluster_that_was_deleted_under_its_own_name(rs: Backups) -> None:
     snapshot = tenant_objects(rs, "lost", {"settings": {"mode": "production"}})
     rs.kubectl.run("delete", "vc", "lost", "-n", NS, "--wait", timeout=120)
