@@ -205,7 +205,7 @@ def test_restore_from_is_validated_with_kube_wording_and_explained(rs: Backups) 
 def test_restoring_needs_get_on_the_sources_snapshots_or_is_forbidden(host_stack: Stack) -> None:
     k = Kubectl(host_stack.kubeconfig, host_namespaces=True)
     ns = k.ensure_namespace("restore-rbac")
-    k.run("create", "role", "vc-creator", "--verb=create,get,list", "--resource=virtualclusters.kosmos.io", "-n", ns)
+    k.run("create", "role", "vc-creator", "--verb=create,get,list,patch", "--resource=virtualclusters.kosmos.io", "-n", ns)
     k.run("create", "rolebinding", "carol-creator", "--role=vc-creator", "--user=carol", "-n", ns)
     k.run("create", "rolebinding", "dave-admin", "--clusterrole=admin", "--user=dave", "-n", ns)
     deadline = time.monotonic() + 30  # the clusterrole aggregation controller fills admin
@@ -220,6 +220,8 @@ def test_restoring_needs_get_on_the_sources_snapshots_or_is_forbidden(host_stack
             f'the namespace "{ns}"') in denied.stderr
     dry = k.run("create", "-f", "-", "--as", "carol", "--dry-run=server", input=body, check=False)
     assert "Forbidden" in dry.stderr, "a dry run is authorized as the create would be"
+    applied = k.run("apply", "--server-side", "-f", "-", "--as", "carol", input=body, check=False)
+    assert 'User "carol" cannot get resource "virtualclusters/snapshots"' in applied.stderr, "and a create by apply"
     k.run("create", "-f", "-", "--as", "carol", input=json.dumps(vc("fresh", ns)))  # creating alone is allowed
     k.run("create", "-f", "-", "--as", "dave", input=body)
     assert k.json("get", "vc", "copy", "-n", ns)["spec"]["restoreFrom"] == {"virtualCluster": "prod",
