@@ -99,6 +99,19 @@ def can_bind(host: str) -> bool:
     return True
 
 
+def _etcdutl_said(output: str) -> str:
+    """What etcdutl's output says went wrong: its error or panic line, else its last log line of an error,
+    else its last line (not a goroutine's stack)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith(("Error:", "panic:")):
+            return line
+    for line in reversed(lines):
+        if "\terror\t" in line or "\tfatal\t" in line:
+            return line
+    return lines[-1] if lines else "no output"
+
+
 @dataclass
 class _Health:
     restarts: int = 0
@@ -348,9 +361,8 @@ class ProcessRuntime:
                 from None
         if done.returncode != 0:
             shutil.rmtree(partial, ignore_errors=True)
-            lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-            said = next((line for line in reversed(lines) if line.startswith("Error")), lines[-1] if lines else "")
-            raise RuntimeFailure(RESTORE_FAILED, f"etcdutl snapshot restore refused {label}: {said[-300:]}")
+            raise RuntimeFailure(RESTORE_FAILED, f"etcdutl snapshot restore refused {label}: "
+                                                 f"{_etcdutl_said(done.stderr + done.stdout)[-300:]}")
         os.chmod(partial, 0o700)
         os.replace(partial, target)
         log.info("restored %s into %s/%s", label, namespace, name)

@@ -196,3 +196,4 @@ async def test_restoring_without_etcdutl_fails_loudly_and_a_bad_snapshot_makes_n
     assert refused.value.message == (f"{label} failed verification and was not restored: the SHA-256 of the data "
                                      f"does not match the one etcd appended")
     assert not (tmp_path / "tenants").exists()
+
