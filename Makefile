@@ -15,8 +15,8 @@ help:
 	@echo "make up      start etcd + vc-apiserver on loopback, write .local/kubeconfig"
 	@echo "make down    stop what make up started"
 	@echo "make test    build everything needed and run the whole test suite"
-	@echo "make bins    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,"
-	@echo "             kubelet, kube-proxy, coredns"
+	@echo "make bins    build etcd, etcdctl, etcdutl, kube-apiserver, kube-controller-manager, kube-scheduler,"
+	@echo "             kubectl, kwok, kubelet, kube-proxy, coredns"
 	@echo "make images  build the container images (hack/images), print their sizes and build times"
 	@echo "make lint    ruff"
 

@@ -35,7 +35,7 @@ from apiserver.auth.delegated import (
 from apiserver.etcd.client import EtcdClient, EtcdConfig
 from apiserver.kubeclient.client import KubeClient, in_cluster, running_in_cluster
 from apiserver.kubeclient.kubeconfig import KubeconfigError
-from apiserver.registry.admission import NamespaceLifecycle
+from apiserver.registry.admission import Admission, NamespaceLifecycle, RestoreAuthorization
 from apiserver.server.app import SHUTDOWN_TIMEOUT, ServerState, build_app, version_info
 from apiserver.server.metrics import Metrics
 from apiserver.server.options import csv_list, parse_args, read_file, serving_context
@@ -105,7 +105,8 @@ def build_state(args: argparse.Namespace, security: Security) -> ServerState:
         endpoints=[e.strip() for e in args.etcd_servers.split(",") if e.strip()],
         cafile=args.etcd_cafile, certfile=args.etcd_certfile, keyfile=args.etcd_keyfile,
         request_timeout=args.etcd_request_timeout), observe=metrics.observe_etcd)
-    admission = [NamespaceLifecycle(security.host)] if security.host is not None else []
+    admission: list[Admission] = [NamespaceLifecycle(security.host)] if security.host is not None else []
+    admission.append(RestoreAuthorization(security.authorizer))
     secrets = SecretStore(etcd, load_key_file(args.encryption_key_file)) if args.encryption_key_file else None
     return ServerState(etcd=etcd, authenticator=security.authenticator, authorizer=security.authorizer,
                        metrics=metrics, version=version_info(), host=security.host, admission=admission,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds etcd and etcdctl, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,
+# Builds etcd, etcdctl and etcdutl (restores tenants from snapshots), kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,
 # and the node binaries kubelet, kube-proxy and CoreDNS (with kube-log-runner, the images' go-runner)
 # from the Go module proxy at the versions pinned in reconciler/versions.env.
 # Builds are cached in $VC_CACHE (default ~/.cache/vc-apiserver); .local/bin links to them.
@@ -58,6 +58,7 @@ MOD
 build_etcd() {
   build_etcd_module etcd go.etcd.io/etcd/server/v3
   build_etcd_module etcdctl go.etcd.io/etcd/etcdctl/v3
+  build_etcd_module etcdutl go.etcd.io/etcd/etcdutl/v3
 }
 
 # The Kubernetes binaries and the package each is built from (kube-log-runner is go-runner, the
@@ -143,6 +144,7 @@ build_coredns
 
 link "$etcd_dir/etcd"
 link "$etcd_dir/etcdctl"
+link "$etcd_dir/etcdutl"
 link "$kwok_dir/kwok"
 link "$coredns_dir/coredns"
 for b in "${k8s_bins[@]}"; do link "$k8s_dir/$b"; done

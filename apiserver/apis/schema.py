@@ -220,6 +220,20 @@ class BackupSchema(KubeSchema):
                default=3)
 
 
+class RestoreFromSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.RestoreFrom"
+    DESCRIPTION = ("A snapshot this new virtual cluster's control plane starts from: the tenant's objects as they "
+                   "were when it was taken, served with a fresh PKI and fresh credentials (a clone while its "
+                   "VirtualCluster exists, a restore once it is gone). Needs get on virtualclusters/snapshots of "
+                   "that VirtualCluster. Immutable.")
+
+    virtualCluster = Str("Name of the VirtualCluster, in this namespace, that took the snapshot; it may since have "
+                         "been deleted (snapshots outlive their VirtualCluster).", required=True,
+                         validate=Check(dns1123_label_errors))
+    snapshot = Str("Name of the snapshot, as that VirtualCluster's status.backups listed it.", required=True,
+                   validate=Check(dns1123_subdomain_errors))
+
+
 class VirtualClusterSpecSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterSpec"
     DESCRIPTION = "The desired state of a VirtualCluster."
@@ -241,6 +255,8 @@ class VirtualClusterSpecSchema(KubeSchema):
     hibernation = Obj(HibernationSchema, "Hibernation: stop the control plane and return the nodes, on demand or "
                       "after inactivity, keeping every object of the tenant.")
     backup = Obj(BackupSchema, "Scheduled, verified snapshots of the tenant's etcd.")
+    restoreFrom = Obj(RestoreFromSchema, "Start the control plane from a snapshot of a VirtualCluster in this "
+                      "namespace instead of from nothing. Set on create only: immutable.")
 
 
 class ConditionSchema(KubeSchema):

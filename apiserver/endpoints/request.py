@@ -167,7 +167,8 @@ def write_options(request: web.Request, kind: str, causes: list[errors.Cause] | 
         raise _invalid_options(kind, causes)
     manager = query.get("fieldManager", "") or manager_from_user_agent(request.headers.get("User-Agent", ""))
     return WriteOptions(dry_run=bool(query.getall("dryRun", [])),
-                        field_validation=query.get("fieldValidation") or "Warn", field_manager=manager)
+                        field_validation=query.get("fieldValidation") or "Warn", field_manager=manager,
+                        user=request.get("user"))
 
 
 # -- list and watch options --------------------------------------------------------------

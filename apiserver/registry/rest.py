@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from apiserver.apis.resource import ResourceInfo
 from apiserver.machinery.errors import Cause
 from apiserver.machinery.fieldpath import Type
 from apiserver.storage.interface import ListOptions
+
+if TYPE_CHECKING:
+    from apiserver.auth.authn import UserInfo
 
 __all__ = ["Column", "DeleteOptions", "ListOptions", "Obj", "Result", "Strategy", "UpdatedObject",
            "WriteOptions"]
@@ -33,6 +36,7 @@ class WriteOptions:
     field_validation: str = "Warn"  # Strict | Warn | Ignore
     field_manager: str = ""  # the manager of managedFields entries: fieldManager, else from the User-Agent
     force: bool = False  # apply only: take over the fields of conflicting managers
+    user: UserInfo | None = None  # who asks (what admission may authorize); None: the server itself
 
 
 @dataclass

@@ -140,7 +140,7 @@ class Registry:
             name = meta.get("name") or meta.get("generateName") or ""
             raise self._invalid(name if isinstance(name, str) else "", causes, obj)
         for plugin in self.admission:
-            await plugin.admit_create(self.info, obj)
+            await plugin.admit_create(self.info, obj, opts.user)
         warnings = self.strategy.warnings_on_create(obj)
         if requested_rv and not opts.dry_run:
             raise errors.bad_request("resourceVersion should not be set on objects to be created")

@@ -17,7 +17,7 @@ from apiserver.registry.rest import Column
 
 Obj = dict[str, Any]
 
-IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps")
+IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps", "restoreFrom")
 
 
 def _status_nodes(obj: Obj) -> list[Obj]:
@@ -44,6 +44,15 @@ def desired_nodes(obj: Obj) -> int:
 def ready_nodes(obj: Obj) -> int:
     """The ``status.nodes`` entries that are Ready: promoted host nodes and a shared slice's virtual node alike."""
     return sum(1 for n in _status_nodes(obj) if n.get("phase") == "Ready")
+
+
+def _unstructured(value: Any) -> Any:
+    """An object as Go holds it unstructured (a map: its keys marshal sorted), whatever order it came in."""
+    if isinstance(value, dict):
+        return {k: _unstructured(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_unstructured(v) for v in value]
+    return value
 
 
 STANDARD_FINALIZERS = ("orphan", "foregroundDeletion", "kubernetes")
@@ -141,7 +150,8 @@ class VirtualClusterStrategy:
         for name in IMMUTABLE_SPEC_FIELDS:
             if new_spec.get(name) != old_spec.get(name):
                 causes.append(Cause(FIELD_VALUE_INVALID,
-                                    f"Invalid value: {go_bad_value(new_spec.get(name))}: field is immutable",
+                                    f"Invalid value: {go_bad_value(_unstructured(new_spec.get(name)))}: field is "
+                                    f"immutable",
                                     f"spec.{name}"))
         return causes
 

@@ -43,7 +43,7 @@ from reconciler.controlplane.status import (
 from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.nodes.selection import requests_nodes
-from reconciler.runtime.base import ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
+from reconciler.runtime.base import RESTORE_FAILED, ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
 from reconciler.runtime.process import SERVICE_CIDR
 from reconciler.shared.slices import SharedSlices
 from reconciler.shared.syncer import SliceReport
@@ -170,6 +170,35 @@ class ControlPlaneController:
                                                                  f"revision {revision}, {taken.size} bytes, verified")
         return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
 
+    # -- restore ---------------------------------------------------------------------
+
+    async def _restore(self, obj: Obj, runtime: ControlPlaneRuntime) -> None:
+        """spec.restoreFrom: the control plane's data is that snapshot's before it first starts (the
+        runtime does nothing once its data exists). The PKI and credentials are this VirtualCluster's
+        own, fresh: the snapshot holds the tenant's objects only. A clone when the source still exists,
+        a restore when it does not; either is an Event. Raises RuntimeFailure (RestoreFailed)."""
+        source = (obj.get("spec") or {}).get("restoreFrom")
+        if not isinstance(source, dict):
+            return
+        meta = obj["metadata"]
+        namespace, origin, snapshot = meta["namespace"], str(source.get("virtualCluster")), str(source.get("snapshot"))
+        label = f'snapshot "{snapshot}" of virtualcluster "{origin}"'
+        if self.snapshots is None:
+            raise RuntimeFailure(RESTORE_FAILED, f"cannot restore {label}: this server keeps no snapshots "
+                                                 f"(the {runtime.name} runtime)")
+        if not await runtime.restore(obj, self.snapshots.path(namespace, origin, snapshot), label):
+            return
+        try:
+            await self.registry.get(namespace, origin)
+            clone = origin != meta["name"]
+        except errors.ApiError as e:
+            if e.code != 404:
+                raise
+            clone = False
+        what = f"a clone of {origin}, which still exists" if clone else f"a restore: {origin} no longer exists"
+        await self.events.record(obj, "Normal", "Restored", f"the control plane starts from {label} ({what}), with "
+                                                            f"a fresh PKI and fresh credentials")
+
     # -- hibernation -----------------------------------------------------------------
 
     async def _hibernation(self, obj: Obj, runtime: ControlPlaneRuntime) -> Hibernation | None:
@@ -221,6 +250,7 @@ class ControlPlaneController:
         """Build, adopt or repair the control plane, then its nodes; what was found, for the status."""
         cp_ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
         try:
+            await self._restore(obj, runtime)
             pki = await self._pki(obj, runtime, secrets)
             state = await runtime.ensure(obj, pki)
             state = self._tolerate_a_missed_check(obj, state, cp_ready)

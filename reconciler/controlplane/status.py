@@ -27,7 +27,7 @@ from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
 from reconciler.nodes.promoter import NodeReport
 from reconciler.nodes.selection import requests_nodes
-from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, RuntimeFailure
+from reconciler.runtime.base import FIELD_MANAGER, RESTORE_FAILED, ControlPlaneState, RuntimeFailure
 
 Obj = dict[str, Any]
 
@@ -295,7 +295,8 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
     _awake(obj, status, seen.state is not None and seen.state.ready, runtime)
     if seen.failure is not None:
         reason, message = seen.failure.reason, seen.failure.message
-        status.phase(building, reason, message)
+        # nothing is built from a snapshot that cannot be restored: the cluster waits, Pending
+        status.phase("Pending" if reason == RESTORE_FAILED else building, reason, message)
         status.condition("ControlPlaneReady", False, reason, message)
         status.condition("Ready", False, reason, message)
         return Outcome(status.result(), ("Warning", reason, message), requeue_after=RUNTIME_RETRY)

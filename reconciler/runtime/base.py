@@ -16,6 +16,7 @@ Obj = dict[str, Any]
 # straight to the registry, with no User-Agent for kube's rule to name them by, so the name is the
 # server's own, as a kube controller is named after its binary.
 FIELD_MANAGER = "vc-apiserver"
+RESTORE_FAILED = "RestoreFailed"  # the reason of a VirtualCluster whose spec.restoreFrom cannot be restored
 
 
 def kubelet_client_flags(pki_dir: str) -> list[str]:
@@ -75,6 +76,12 @@ class ControlPlaneRuntime(Protocol):
         """Write a consistent snapshot of the tenant's etcd to ``into`` with etcd's snapshot API (the
         stream as etcd sends it, its SHA-256 trailer included); returns the revision it holds.
         Raises RuntimeFailure."""
+
+    async def restore(self, vc: Obj, snapshot: Path, label: str) -> bool:
+        """Before the control plane first starts, make its etcd data the snapshot in ``snapshot`` (``label``
+        names it in messages) with etcd's own restore, whole or not at all; idempotent: False when its
+        data already exists (restored before, or started). Raises RuntimeFailure (reason
+        :data:`RESTORE_FAILED`) for a snapshot that is missing, fails verification or cannot be restored."""
 
     async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
         """When the tenant apiserver last served a request from a user (:mod:`.audit` says who does

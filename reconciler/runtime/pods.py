@@ -56,6 +56,7 @@ from reconciler import versions
 from reconciler.runtime import audit
 from reconciler.runtime.base import (
     FIELD_MANAGER,
+    RESTORE_FAILED,
     ControlPlaneState,
     Obj,
     RuntimeFailure,
@@ -325,6 +326,10 @@ class PodsRuntime:
     async def snapshot(self, vc: Obj, into: Path) -> int:
         raise RuntimeFailure("SnapshotsUnsupported", "the pods runtime does not take etcd snapshots yet (its "
                                                      "storage is to be a PersistentVolumeClaim in the host namespace)")
+
+    async def restore(self, vc: Obj, snapshot: Path, label: str) -> bool:
+        raise RuntimeFailure(RESTORE_FAILED, f"cannot restore {label}: the pods runtime does not restore etcd "
+                                             f"snapshots yet")
 
     async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
         """The last audit event in the logs of the running apiserver pods since ``since``."""

@@ -35,9 +35,16 @@ import aiohttp
 from apiserver.etcd.client import EtcdClient, EtcdConfig, EtcdError
 from certs import pki as pkilib
 from certs.tenant import TenantPki
+from reconciler.backup.snapshots import verify
 from reconciler.fileio import write_if_changed
 from reconciler.runtime import audit
-from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure, kubelet_client_flags
+from reconciler.runtime.base import (
+    RESTORE_FAILED,
+    ControlPlaneState,
+    Obj,
+    RuntimeFailure,
+    kubelet_client_flags,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +57,7 @@ MAX_BACKOFF = 30.0
 STOP_ORDER = (("kwok", "kube-controller-manager", "kube-scheduler"), ("kube-apiserver",), ("etcd",))
 STOP_GRACE = 10.0
 AUDIT_TAIL = 64 * 1024  # bytes read from the end of the audit log to find its last event
+RESTORE_TIMEOUT = 600.0  # seconds etcdutl may take to restore a snapshot
 SNAPSHOT_TIMEOUT = 600.0  # seconds a snapshot of a tenant's etcd may take (its keepalive finds a dead member sooner)
 
 
@@ -89,6 +97,19 @@ def can_bind(host: str) -> bool:
         except OSError:
             return False
     return True
+
+
+def _etcdutl_said(output: str) -> str:
+    """What etcdutl's output says went wrong: its error or panic line, else its last log line of an error,
+    else its last line (not a goroutine's stack)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith(("Error:", "panic:")):
+            return line
+    for line in reversed(lines):
+        if "\terror\t" in line or "\tfatal\t" in line:
+            return line
+    return lines[-1] if lines else "no output"
 
 
 @dataclass
@@ -283,14 +304,12 @@ class ProcessRuntime:
 
     # -- the contract ----------------------------------------------------------------
 
-    async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
+    async def _claim(self, vc: Obj, host: str) -> dict[str, Any]:
+        """The tenant's directory and ports (``state.json``), made on first use; a directory left by an
+        earlier VirtualCluster of the same name (another uid) is removed first."""
         meta = vc["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         base = self.dir(namespace, name)
-        host = self.endpoint_host(vc)
-        external = (vc.get("spec") or {}).get("externalIP") or ""
-        aside = (f" (externalIP {external} is not an address of this machine: it is in the serving certificate "
-                 f"for clients that reach the apiserver through it)") if external and external != host else ""
         async with self._lock:
             state = self._read_state(namespace, name)
             if state is None or state.get("uid") != meta.get("uid"):
@@ -300,6 +319,64 @@ class ProcessRuntime:
                 base.mkdir(parents=True, exist_ok=True, mode=0o700)
                 state = {"uid": meta.get("uid"), "host": host, "ports": self.allocate_ports(host)}
                 self._state_path(namespace, name).write_text(json.dumps(state))
+        return state
+
+    async def restore(self, vc: Obj, snapshot: Path, label: str) -> bool:
+        """``etcdutl snapshot restore`` into a temporary directory beside the data directory, renamed to
+        it once whole: etcd never starts on half a restore, and a restore cut short is started over.
+        The snapshot is verified first (etcd's SHA-256, a bbolt meta page: what etcdutl checks too) so
+        that a damaged one is refused saying what is wrong with it, before anything is made."""
+        meta = vc["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        base = self.dir(namespace, name)
+        state = self._read_state(namespace, name)
+        if state is not None and state.get("uid") == meta.get("uid") and (base / "etcd").exists():
+            return False
+        etcdutl = self.bin_dir / "etcdutl"
+        if not etcdutl.exists():
+            raise RuntimeFailure(RESTORE_FAILED, f"cannot restore {label}: {etcdutl} is missing (hack/build-bins.sh "
+                                                 f"builds it)")
+        try:
+            problem = await asyncio.to_thread(verify, snapshot)
+        except FileNotFoundError:
+            raise RuntimeFailure(RESTORE_FAILED, f"{label} does not exist") from None
+        except OSError as e:
+            problem = f"unreadable: {e.strerror}"
+        if problem:
+            raise RuntimeFailure(RESTORE_FAILED, f"{label} failed verification and was not restored: {problem}")
+        state = await self._claim(vc, self.endpoint_host(vc))
+        target, partial = base / "etcd", base / ".etcd.restoring"
+        if target.exists():
+            return False
+        shutil.rmtree(partial, ignore_errors=True)  # a restore cut short (a crash, a restart) starts over
+        peer = f"https://127.0.0.1:{state['ports']['etcd-peer']}"
+        command = [str(etcdutl), "snapshot", "restore", str(snapshot), "--data-dir", str(partial), "--name", "tenant",
+                   "--initial-cluster", f"tenant={peer}", "--initial-advertise-peer-urls", peer]
+        try:
+            done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True,
+                                           timeout=RESTORE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise RuntimeFailure(RESTORE_FAILED, f"etcdutl did not restore {label} within {RESTORE_TIMEOUT:.0f}s") \
+                from None
+        if done.returncode != 0:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise RuntimeFailure(RESTORE_FAILED, f"etcdutl snapshot restore refused {label}: "
+                                                 f"{_etcdutl_said(done.stderr + done.stdout)[-300:]}")
+        os.chmod(partial, 0o700)
+        os.replace(partial, target)
+        log.info("restored %s into %s/%s", label, namespace, name)
+        return True
+
+    async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
+        meta = vc["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        base = self.dir(namespace, name)
+        host = self.endpoint_host(vc)
+        external = (vc.get("spec") or {}).get("externalIP") or ""
+        aside = (f" (externalIP {external} is not an address of this machine: it is in the serving certificate "
+                 f"for clients that reach the apiserver through it)") if external and external != host else ""
+        state = await self._claim(vc, host)
         ports = state["ports"]
         endpoint = f"https://{host}:{ports['apiserver']}"
         self.write_files(base, pki, f"https://127.0.0.1:{ports['apiserver']}" if host == "127.0.0.1" else endpoint)

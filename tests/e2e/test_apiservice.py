@@ -217,12 +217,12 @@ def test_local_render_points_the_aggregator_at_localhost() -> None:
         "name": "vc-apiserver", "namespace": NAMESPACE, "port": 40123}
 
 
-def test_the_view_role_never_reaches_the_kubeconfig_subresource() -> None:
+def test_the_view_role_never_reaches_the_kubeconfig_or_snapshots_subresources() -> None:
     for mode in ("cluster", "local"):
         for role in of_kind(docs(apiservice("render", "--mode", mode).stdout), "ClusterRole"):
             if role["metadata"]["labels"].get("rbac.authorization.k8s.io/aggregate-to-view") == "true":
                 assert all("virtualclusters/kubeconfig" not in r["resources"] and "*" not in r["resources"]
-                           for r in role["rules"])
+                           and "virtualclusters/snapshots" not in r["resources"] for r in role["rules"])
 
 
 def test_flags_for_the_other_mode_are_refused() -> None:
@@ -287,15 +287,15 @@ def test_a_platform_overlay_supplies_image_certificates_and_ca_bundle(host: Host
     assert "deployment.apps/vc-apiserver created (server dry run)" in proc.stdout
 
 
-def test_admin_and_edit_get_kubeconfigs_view_only_reads(host: HostCluster) -> None:
+def test_admin_and_edit_get_kubeconfigs_and_snapshots_view_only_reads(host: HostCluster) -> None:
     roles = of_kind(docs(apiservice("render", "--mode", "local").stdout), "ClusterRole")
     host.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": roles}))
     bind(host, "team-a", alice="admin", erin="edit", victor="view")
     wait_until(lambda: aggregated(host, "team-a", "alice", "erin", "victor"), 30, "clusterrole aggregation")
 
     def access(user: str) -> dict[str, set[str]]:
-        checks = [(v, r) for r in ("virtualclusters", "virtualclusters/status", "virtualclusters/kubeconfig")
-                  for v in ALL_VERBS]
+        checks = [(v, r) for r in ("virtualclusters", "virtualclusters/status", "virtualclusters/kubeconfig",
+                                   "virtualclusters/snapshots") for v in ALL_VERBS]
         out: dict[str, set[str]] = {r: set() for _, r in checks}
         for (verb, resource), ok in zip(checks, allowed(host, user, "team-a", checks), strict=True):
             if ok:
@@ -303,12 +303,12 @@ def test_admin_and_edit_get_kubeconfigs_view_only_reads(host: HostCluster) -> No
         return out
 
     writer = {"virtualclusters": set(ALL_VERBS), "virtualclusters/status": {"get", "list", "watch"},
-              "virtualclusters/kubeconfig": {"get"}}
+              "virtualclusters/kubeconfig": {"get"}, "virtualclusters/snapshots": {"get"}}
     assert access("alice") == writer
     assert access("erin") == writer
     assert access("victor") == {"virtualclusters": {"get", "list", "watch"},
                                 "virtualclusters/status": {"get", "list", "watch"},
-                                "virtualclusters/kubeconfig": set()}
+                                "virtualclusters/kubeconfig": set(), "virtualclusters/snapshots": set()}
     assert not can_i(host, "erin", "get", "virtualclusters/kubeconfig", "default"), "only where bound"
 
 

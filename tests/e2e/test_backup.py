@@ -3,76 +3,27 @@ real tenant control planes, real kubectl."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
-import signal
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from apiserver.storage.secrets import generate_key_file
-from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
+from hack.harness import Pki
 from reconciler.backup.snapshots import verify
-from tests.conftest import Kubectl, start_etcd, tenant_processes, vc
+from tests.conftest import vc
+from tests.support.backups import Backups
 
 pytestmark = pytest.mark.e2e
-
-GV = "/apis/kosmos.io/v1alpha1"
-
-
-@dataclass
-class Backups:
-    api: ApiServer
-    etcd: Etcd
-    kubectl: Kubectl
-    root: Path
-
-    def snapshots(self, ns: str, name: str) -> Path:
-        return self.root / "snapshots" / ns / name
-
-    def get(self, ns: str, name: str) -> dict[str, Any]:
-        return self.kubectl.json("get", "vc", name, "-n", ns)
-
-    def tenant(self, ns: str, name: str) -> Kubectl:
-        path = self.root / f"{ns}-{name}-{time.monotonic_ns()}.kubeconfig"
-        path.write_text(self.kubectl.run("get", "--raw", f"{GV}/namespaces/{ns}/virtualclusters/{name}/kubeconfig")
-                        .stdout)
-        return Kubectl(path)
-
-    def wait_ready(self, ns: str, name: str) -> None:
-        self.kubectl.run("wait", f"vc/{name}", "-n", ns, "--for=condition=Ready", "--timeout=120s", timeout=150)
-
-    def wait_backups(self, ns: str, name: str, check: Any, timeout: float = 60) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        backups: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            backups = (self.get(ns, name).get("status") or {}).get("backups") or []
-            if check(backups):
-                return backups
-            time.sleep(0.5)
-        raise AssertionError(f"status.backups never got there: {backups}")
 
 
 @pytest.fixture(scope="module")
 def bk(tmp_path_factory: pytest.TempPathFactory, pki_files: Pki) -> Iterator[Backups]:
-    root = tmp_path_factory.mktemp("backup")
-    etcd = start_etcd(root, "etcd")
-    key = generate_key_file(root / "encryption.key")
-    api = ApiServer(pki_files, etcd.url, free_port(), root / "vc-apiserver.log", extra_args=[
-        "--control-plane-runtime", "process", "--runtime-dir", str(root / "tenants"), "--runtime-bin-dir", str(BIN),
-        "--encryption-key-file", str(key), "--leader-elect-lease-duration", "3", "--identity", "backup-test"]).start()
-    yield Backups(api, etcd, Kubectl(api.kubeconfig(root / "admin.kubeconfig")), root)
-    for tenant in (root / "tenants").glob("*/*"):
-        for pid in tenant_processes(tenant):
-            os.kill(pid, signal.SIGKILL)
-    api.stop()
-    etcd.stop()
+    backups = Backups.start(tmp_path_factory.mktemp("backup"), pki_files, "backup-test")
+    yield backups
+    backups.stop()
 
 
 def test_snapshots_follow_the_schedule_are_verified_hold_the_tenants_data_and_only_the_newest_are_kept(
@@ -114,8 +65,7 @@ def test_a_snapshot_is_taken_on_request_and_one_damaged_at_rest_is_reported_unve
     assert not obj["status"].get("backups"), "nothing is due before next new year"
 
     def ask() -> None:
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        bk.kubectl.run("annotate", "vc", "ondemand", "-n", ns, f"kosmos.io/snapshot-requested={now}", "--overwrite")
+        bk.request_snapshot(ns, "ondemand")
     ask()
     [first] = bk.wait_backups(ns, "ondemand", lambda b: len(b) == 1, timeout=30)
     assert first["verified"] is True

@@ -148,3 +148,52 @@ def test_the_store_keeps_the_newest_good_ones_and_shows_damage_while_it_is_recen
     bad = store.path("ns", "vc", "vc-9")
     bad.write_bytes(b"nonsense")
     assert store.record("ns", "vc", "vc-9", T0, 1).problem and not bad.exists()
+
+
+# -- restoring (spec.restoreFrom) -----------------------------------------------------------------
+
+
+def restoring_vc() -> dict[str, Any]:
+    return {"metadata": {"name": "copy", "namespace": "ns", "uid": "u1", "generation": 1},
+            "spec": {"restoreFrom": {"virtualCluster": "prod", "snapshot": "prod-1"}}, "status": {"phase": "Pending"}}
+
+
+def test_a_snapshot_that_cannot_be_restored_leaves_the_cluster_pending_and_is_tried_again() -> None:
+    from reconciler.controlplane import status
+    from reconciler.runtime.base import RESTORE_FAILED, RuntimeFailure
+
+    message = 'snapshot "prod-1" of virtualcluster "prod" does not exist'
+    out = status.built(restoring_vc(), status.Observed(failure=RuntimeFailure(RESTORE_FAILED, message)), "process",
+                       "2026-11-25T12:00:00Z")
+    assert (out.status["phase"], out.status["reason"], out.status["message"]) == ("Pending", "RestoreFailed", message)
+    ready = {c["type"]: (c["status"], c["reason"]) for c in out.status["conditions"]}
+    assert ready["ControlPlaneReady"] == ready["Ready"] == ("False", "RestoreFailed")
+    assert out.event == ("Warning", "RestoreFailed", message) and out.requeue_after == status.RUNTIME_RETRY
+
+
+async def test_restoring_without_etcdutl_fails_loudly_and_a_bad_snapshot_makes_no_tenant_directory(
+        tmp_path: Path) -> None:
+    from reconciler.runtime.base import RuntimeFailure
+    from reconciler.runtime.process import ProcessRuntime
+
+    label = 'snapshot "prod-1" of virtualcluster "prod"'
+    runtime = ProcessRuntime(tmp_path / "tenants", tmp_path / "bin")
+    with pytest.raises(RuntimeFailure) as missing:
+        await runtime.restore(restoring_vc(), tmp_path / "prod-1.db", label)
+    assert missing.value.reason == "RestoreFailed"
+    assert missing.value.message == f"cannot restore {label}: {tmp_path / 'bin' / 'etcdutl'} is missing " \
+                                    f"(hack/build-bins.sh builds it)"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "etcdutl").write_text("#!/bin/sh\nexit 0\n")
+    with pytest.raises(RuntimeFailure) as absent:
+        await runtime.restore(restoring_vc(), tmp_path / "prod-1.db", label)
+    assert absent.value.message == f"{label} does not exist"
+    damaged = bytearray(stream(bolt()))
+    damaged[100] ^= 0xFF
+    (tmp_path / "prod-1.db").write_bytes(bytes(damaged))
+    with pytest.raises(RuntimeFailure) as refused:
+        await runtime.restore(restoring_vc(), tmp_path / "prod-1.db", label)
+    assert refused.value.message == (f"{label} failed verification and was not restored: the SHA-256 of the data "
+                                     f"does not match the one etcd appended")
+    assert not (tmp_path / "tenants").exists()
+

@@ -498,6 +498,7 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
         KubeInKubeConfigSchema,
         NodeStatusSchema,
         PromoteResourcesSchema,
+        RestoreFromSchema,
         SharedResourcesSchema,
         VirtualClusterSpecSchema,
         VirtualClusterStatusSchema,
@@ -505,7 +506,8 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
 
     assert set(VirtualClusterSpecSchema().fields) == {
         "externalIP", "externalIps", "promotePolicies", "promoteResources", "kubeInKubeConfig", "kubeconfig",
-        "hibernation", "backup"}
+        "hibernation", "backup", "restoreFrom"}
+    assert set(RestoreFromSchema().fields) == {"virtualCluster", "snapshot"}
     assert set(HibernationSchema().fields) == {"hibernated", "afterInactivity", "wakeOnAccess"}
     assert set(BackupSchema().fields) == {"schedule", "keep"}
     assert set(BackupStatusSchema().fields) == {"name", "time", "revision", "sizeBytes", "verified"}
@@ -603,3 +605,15 @@ def test_declared_fields_are_stored_in_their_declared_type_as_kube_stores_a_cust
     assert obj["status"]["port"] == 100 and type(obj["status"]["port"]) is int
     assert obj["status"]["nodes"] == [{"name": "n1"}]
     assert "labels" not in obj["metadata"] and "promoteResources" not in obj["spec"]
+
+
+def test_restore_from_needs_both_names_and_each_must_be_a_valid_name() -> None:
+    from apiserver.apis.schema import validate_spec
+
+    assert [(c.field, c.message) for c in validate_spec({"restoreFrom": {}})] == [
+        ("spec.restoreFrom.virtualCluster", "Required value"), ("spec.restoreFrom.snapshot", "Required value")]
+    causes = validate_spec({"restoreFrom": {"virtualCluster": "Prod", "snapshot": "../etc"}})
+    assert [c.field for c in causes] == ["spec.restoreFrom.virtualCluster", "spec.restoreFrom.snapshot"]
+    assert causes[0].message.startswith('Invalid value: "Prod": a lowercase RFC 1123 label must consist of')
+    assert causes[1].message.startswith('Invalid value: "../etc": a lowercase RFC 1123 subdomain must consist of')
+    assert validate_spec({"restoreFrom": {"virtualCluster": "prod", "snapshot": "prod-20261125-114000"}}) == []

@@ -59,3 +59,16 @@ def test_nodes_of_dedicated_resources_are_known_from_status_nodes_only() -> None
 
 def test_nodes_of_a_status_with_malformed_entries_still_renders() -> None:
     assert row({}, ["junk", {"name": "n1", "phase": "Ready"}]) == "1/1"  # type: ignore[list-item]
+
+
+def test_restore_from_is_set_on_create_only() -> None:
+    strategy = VirtualClusterStrategy()
+    source = {"virtualCluster": "prod", "snapshot": "prod-20261125-114000"}
+    assert strategy.validate_update(vc(restoreFrom=source), vc(restoreFrom=source)) == []
+    [changed] = strategy.validate_update(vc(restoreFrom={**source, "snapshot": "other"}), vc(restoreFrom=source))
+    assert changed == Cause("FieldValueInvalid", 'Invalid value: {"snapshot":"other","virtualCluster":"prod"}: '
+                                                 'field is immutable', "spec.restoreFrom")  # a Go map's key order
+    [added] = strategy.validate_update(vc(restoreFrom=source), vc())
+    assert added.field == "spec.restoreFrom" and added.message.endswith("field is immutable")
+    [removed] = strategy.validate_update(vc(), vc(restoreFrom=source))
+    assert removed.message == "Invalid value: null: field is immutable"
