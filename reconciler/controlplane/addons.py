@@ -27,6 +27,7 @@ from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import KubeClient
 from reconciler import versions
 from reconciler.runtime.base import FIELD_MANAGER
+from reconciler.shared.names import SHARED_NODE
 
 Obj = dict[str, Any]
 
@@ -198,9 +199,15 @@ def kubernetes_endpoints(endpoint: str) -> list[Obj]:
     ]
 
 
+# A shared slice's node is no machine: node agents (kube-proxy) and CoreDNS stay off it.
+NOT_ON_A_SHARED_SLICE = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": SHARED_NODE, "operator": "DoesNotExist"}]}]}}
+
+
 def manifests(endpoint: str, service_cidr: str) -> list[Obj]:
     """Every add-on object of a tenant whose apiserver nodes reach at ``endpoint``."""
-    return [*kubernetes_endpoints(endpoint), *kube_proxy(endpoint), *coredns(service_cidr)]
+    return [*kubernetes_endpoints(endpoint),
+            *only_on([*kube_proxy(endpoint), *coredns(service_cidr)], NOT_ON_A_SHARED_SLICE)]
 
 
 def only_on(objs: list[Obj], node_affinity: Obj) -> list[Obj]:
