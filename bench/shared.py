@@ -18,6 +18,8 @@ control planes are other processes) and RSS are read before and after each scale
 read over the floor's window, vc-apiserver's background rate with nothing to sync, which the net
 figure subtracts. Both sides are scaled to 0 and waited until gone between rounds, after one 1-pod
 warm-up each (the tenant's default ServiceAccount, the first Deployment of each controller manager).
+The syncer's passes, host pod creates and tenant status writes during the scale-up are read from the
+apiservers' own request counters.
 """
 
 from __future__ import annotations
@@ -96,6 +98,31 @@ async def count(client: KubeClient, namespace: str, running: bool, labels: str =
         if resp.status >= 400:
             raise HostError(resp.status, orjson.loads(body or b"{}"))
     return len(orjson.loads(body).get("items") or [])
+
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+async def requests(client: KubeClient) -> dict[tuple[str, str, str], float]:
+    """An apiserver's own count of the core-group requests it served: (verb, resource, subresource) → n."""
+    text = (await client.request("GET", "/metrics", raw=True)).decode()
+    counts: dict[tuple[str, str, str], float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, _, value = line[len("apiserver_request_total{"):].rpartition("} ")
+        labels = dict(_LABEL.findall(labels_text))
+        if labels.get("group", ""):
+            continue
+        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+        counts[key] = counts.get(key, 0.0) + float(value)
+    return counts
+
+
+def delta(before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float],
+          verb: str, resource: str, subresource: str = "") -> int:
+    key = (verb, resource, subresource)
+    return round(after.get(key, 0.0) - before.get(key, 0.0))
 
 
 async def scale(client: KubeClient, namespace: str, replicas: int) -> None:
@@ -232,9 +259,17 @@ async def run(workdir: Path, pods: int = 500, rounds: int = 3, say: Callable[[st
         pid = stack.api.proc.pid if stack.api.proc is not None else None
         assert pid, "vc-apiserver's pid"
         for i in range(rounds):
+            host0, tenant0 = await requests(host), await requests(tenant)
             cpu0, rss0 = cpu_seconds(pid), rss_kib(pid)
             o = await ours.up(pods)
             cpu1, rss1 = cpu_seconds(pid), rss_kib(pid)
+            host1, tenant1 = await requests(host), await requests(tenant)
+            # What the syncer did meanwhile, as the apiservers counted it: nothing else lists the host's
+            # events or creates host pods in this window, and only the syncer PUTs tenant pod status.
+            syncer = {"passes": delta(host0, host1, "LIST", "events"),
+                      "host_pod_creates": delta(host0, host1, "POST", "pods"),
+                      "tenant_status_writes": delta(tenant0, tenant1, "PUT", "pods", "status"),
+                      "tenant_pod_lists": delta(tenant0, tenant1, "LIST", "pods")}
             o_down = await ours.down()
             cpu2 = cpu_seconds(pid)
             f = await floor.up(pods)
@@ -247,14 +282,15 @@ async def run(workdir: Path, pods: int = 500, rounds: int = 3, say: Callable[[st
                  "ours_scale_down_s": o_down, "floor_scale_down_s": f_down,
                  "vc_apiserver_cpu_ms_per_pod": cpu_ms, "vc_apiserver_net_cpu_ms_per_pod": net_ms,
                  "vc_apiserver_idle_cores": idle_cores, "vc_apiserver_rss_kib_before": rss0,
-                 "vc_apiserver_rss_kib_after": rss1, "vc_apiserver_rss_growth_kib_per_pod": (rss1 - rss0) / pods}
+                 "vc_apiserver_rss_kib_after": rss1, "vc_apiserver_rss_growth_kib_per_pod": (rss1 - rss0) / pods,
+                 "syncer": syncer}
             rounds_out.append(r)
             ours_s.append(o["all_running_s"])
             floor_s.append(f["all_running_s"])
             say(f"shared: round {i}: {pods} pods Running in the tenant after {o['all_running_s']:.1f}s "
                 f"(host pods all Running after {o['host_all_running_s']:.1f}s), floor {f['all_running_s']:.1f}s, "
                 f"ratio {r['ratio']:.2f}; vc-apiserver {cpu_ms:.1f} ms CPU/pod ({net_ms:.1f} net), "
-                f"RSS {(rss1 - rss0) / pods:+.1f} KiB/pod")
+                f"RSS {(rss1 - rss0) / pods:+.1f} KiB/pod; syncer {syncer}")
     finally:
         if tenant is not None:
             await tenant.close()
@@ -275,6 +311,8 @@ async def run(workdir: Path, pods: int = 500, rounds: int = 3, say: Callable[[st
             "vc_apiserver_idle_cores": med("vc_apiserver_idle_cores"),
             "vc_apiserver_rss_growth_kib_per_pod": med("vc_apiserver_rss_growth_kib_per_pod"),
             "vc_apiserver_rss_mib_after": med("vc_apiserver_rss_kib_after") / 1024,
+            "syncer_passes": statistics.median(r["syncer"]["passes"] for r in rounds_out),
+            "syncer_tenant_status_writes": statistics.median(r["syncer"]["tenant_status_writes"] for r in rounds_out),
             "per_round": rounds_out}
 
 
@@ -294,7 +332,8 @@ def render(r: dict[str, Any]) -> str:
         f"background)",
         f"  vc-apiserver RSS growth per pod                   {r['vc_apiserver_rss_growth_kib_per_pod']:7.1f} KiB"
         f"   ({r['vc_apiserver_rss_mib_after']:.0f} MiB after the scale-up)",
-    ])
+    ] + ([f"  syncer during the scale-up                        {r['syncer_passes']:7.0f} passes, "
+           f"{r['syncer_tenant_status_writes']:.0f} tenant status writes"] if "syncer_passes" in r else []))
 
 
 def render_markdown(r: dict[str, Any]) -> str:
@@ -316,8 +355,9 @@ def render_markdown(r: dict[str, Any]) -> str:
         "| | |",
         f"| vc-apiserver RSS growth per pod | {r['vc_apiserver_rss_growth_kib_per_pod']:.1f} KiB "
         f"({r['vc_apiserver_rss_mib_after']:.0f} MiB after) | | |",
-        END,
-    ])
+    ] + ([f"| the syncer during the scale-up (p50) | {r['syncer_passes']:.0f} passes, "
+           f"{r['syncer_tenant_status_writes']:.0f} tenant pod status writes | | |"] if "syncer_passes" in r else [])
+       + [END])
 
 
 def write_markdown(r: dict[str, Any], md: Path) -> None:
