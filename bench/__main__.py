@@ -20,11 +20,11 @@ from pathlib import Path
 
 import uvloop
 
-from . import config, controlplane, hibernation, promotion, realnodes, report, suite
+from . import config, controlplane, hibernation, promotion, realnodes, report, shared, suite
 from .workloads import log
 
 STEPS = ("get", "list", "kubectl", "update", "watch", "apply")
-PRODUCT_STEPS = ("controlplane", "promotion", "hibernation", "realnodes")  # the product's own work, against its floor
+PRODUCT_STEPS = ("controlplane", "promotion", "hibernation", "realnodes", "shared")  # the product's own work, against its floor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,6 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="nodes the promotion benchmark's VirtualCluster asks for")
     p.add_argument("--realnodes-rounds", type=int, default=3,
                    help="rounds of the real-node family (root: kubelet + containerd nodes, hack/realnodes.py)")
+    p.add_argument("--shared-pods", type=int,
+                   default=int(os.environ["BENCH_SHARED_PODS"]) if "BENCH_SHARED_PODS" in os.environ else None,
+                   help="pods of the shared-slice family's Deployment (default 500, times --scale below 1; "
+                   "env BENCH_SHARED_PODS)")
+    p.add_argument("--shared-rounds", type=int, default=3, help="0 -> N rounds of the shared-slice family")
     return p.parse_args(argv)
 
 
@@ -84,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                 rounds=args.hibernation_rounds))
         if only is None or "realnodes" in only:
             product["realnodes"] = realnodes.run(workdir / "realnodes", rounds=args.realnodes_rounds, log=log)
+        if only is None or "shared" in only:
+            pods = args.shared_pods or max(int(500 * min(args.scale, 1.0)), 10)
+            product["shared"] = uvloop.run(shared.run(workdir / "shared", pods, args.shared_rounds, say=log))
     except BaseException:
         log(f"bench failed; logs kept in {workdir / 'log'}")
         raise
@@ -102,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + hibernation.render(product["hibernation"]))
     if "realnodes" in product:
         print("\n" + realnodes.render(product["realnodes"]))
+    if "shared" in product:
+        print("\n" + shared.render(product["shared"]))
     print(f"\nresults: {args.json}")
     if args.docs if args.docs is not None else args.scale >= 1.0 and only is None:
         report.write_docs(document)

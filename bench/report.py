@@ -248,6 +248,9 @@ def write_chart(path: Path, doc: Document) -> None:
 def write_docs(doc: Document, md: Path = DOCS_MD, png: Path = DOCS_PNG) -> None:
     update_markdown(md, render_markdown(doc))
     write_chart(png, doc)
+    if "shared" in doc:  # the product families with a generated block of their own
+        from .shared import write_markdown
+        write_markdown(doc["shared"], md)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -130,3 +130,12 @@ def test_quota_limits_and_node_are_exactly_the_slice() -> None:
     later = translate.node_status(slice_, True, "SliceReady", "ok", "2026-11-25T10:01:00Z", "v1.35.4",
                                   {"status": status})
     assert [c for c in later["conditions"] if c["type"] == "Ready"][0]["lastTransitionTime"] == "2026-11-25T10:00:00Z"
+
+
+def test_a_slice_that_states_pods_sets_the_quota_and_the_node_to_that_count() -> None:
+    slice_ = {"cpu": "51", "memory": "33Gi", "pods": "510"}
+    assert translate.quota(VC, slice_)["spec"]["hard"] == {"requests.cpu": "51", "requests.memory": "33Gi",
+                                                           "pods": "510"}
+    status = translate.node_status(slice_, True, "SliceReady", "ok", "2026-11-25T10:00:00Z", "v1.35.4")
+    assert status["capacity"] == status["allocatable"] == {"cpu": "51", "memory": "33Gi", "pods": "510",
+                                                            "ephemeral-storage": "100Gi"}
