@@ -361,6 +361,24 @@ def test_a_burst_of_300_pods_in_one_tenant_does_not_hold_up_another_tenants_pod(
     t.run("delete", "pod", "quick", "--wait", timeout=90)
 
 
+def test_hibernating_takes_the_slice_off_the_host_and_waking_brings_it_back(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    obj, t = sliced
+    ns, namespace = obj["metadata"]["namespace"], obj["status"]["sharedResources"]["namespace"]
+    before = {p["metadata"]["uid"] for p in tenant_pods(t, "-l", "app=web") if p["status"].get("phase") == "Running"}
+    host.run("patch", "vc", "team", "-n", ns, "--type", "merge", "-p", '{"spec":{"hibernation":{"hibernated":true}}}')
+    wait_phase(host, ns, "team", "Hibernated", timeout=120)
+    assert host.run("get", "namespace", namespace, check=False).returncode != 0  # nothing of it left on the host
+    host.run("patch", "vc", "team", "-n", ns, "--type", "merge", "-p", '{"spec":{"hibernation":{"hibernated":false}}}')
+    wait_phase(host, ns, "team", "Completed", timeout=180)
+    assert host.json("get", "resourcequota", names.QUOTA, "-n", namespace)["status"]["hard"]["requests.cpu"] == "4"
+
+    def replaced(ps: list[dict[str, Any]]) -> bool:
+        running = {p["metadata"]["uid"] for p in ps if p["status"].get("phase") == "Running"}
+        return len(running) == 3 and not running & before
+    until(lambda: tenant_pods(t, "-l", "app=web"), replaced, timeout=150, what="the web pods running again")
+
+
 def test_deleting_the_cluster_removes_the_slice_namespace_and_everything_in_it(host: Kubectl, tmp_path: Path) -> None:
     ns = host.ensure_namespace("slices-gone")
     host.run("create", "-f", "-", input=json.dumps(vc("brief", ns, {"promoteResources": {"resources": {"cpu": "1"}}})))
