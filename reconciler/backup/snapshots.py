@@ -18,12 +18,13 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.fileio import write_atomic
+from reconciler.fileio import remove, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,23 @@ class SnapshotStore:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         return directory
 
+    def sweep(self, namespace: str, name: str) -> list[str]:
+        """Remove what a snapshot cut short left behind (the server killed while it streamed, verified or
+        recorded one): temporary files, and a ``.db`` never recorded, so never verified. Run while no
+        snapshot of this VirtualCluster is being taken (its passes run one at a time). Returns what went."""
+        directory = self.dir(namespace, name)
+        try:
+            names = set(os.listdir(directory))
+        except FileNotFoundError:
+            return []
+        stale = sorted(n for n in names if n.startswith(".")
+                       or (n.endswith(".db") and f"{n.removesuffix('.db')}.json" not in names))
+        for leftover in stale:
+            remove(directory / leftover)
+        if stale:
+            log.warning("removed what an unfinished snapshot of %s/%s left: %s", namespace, name, ", ".join(stale))
+        return stale
+
     def record(self, namespace: str, name: str, snapshot: str, moment: dt.datetime, revision: int) -> Snapshot:
         """Verify a snapshot just written at :meth:`path`; record it when good, remove it when not."""
         path = self.path(namespace, name, snapshot)
@@ -168,7 +186,7 @@ class SnapshotStore:
         kept = [s for s in snapshots if s in good or (s.problem and s in recent)]
         for snapshot in snapshots:
             if snapshot not in kept:
-                for suffix in (".db", ".json"):
+                for suffix in (".json", ".db"):  # the record first: cut short, what is left is swept
                     self.path(namespace, name, snapshot.name).with_suffix(suffix).unlink(missing_ok=True)
                 log.info("removed snapshot %s of %s/%s%s", snapshot.name, namespace, name,
                          f" ({snapshot.problem})" if snapshot.problem else "")
