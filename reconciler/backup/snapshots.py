@@ -102,6 +102,13 @@ class Snapshot:
                 "verified": not self.problem}
 
 
+def retained(snapshots: list[Snapshot], keep: int) -> list[Snapshot]:
+    """Of ``snapshots`` (oldest first), those :meth:`SnapshotStore.prune` keeps."""
+    good = [s for s in snapshots if not s.problem][-keep:] if keep > 0 else []
+    recent = snapshots[-keep:] if keep > 0 else []
+    return [s for s in snapshots if s in good or (s.problem and s in recent)]
+
+
 def snapshot_name(vc_name: str, moment: dt.datetime) -> str:
     return f"{vc_name}-{moment.astimezone(dt.UTC):%Y%m%d-%H%M%S}"
 
@@ -181,9 +188,7 @@ class SnapshotStore:
         nothing, but stays listed (verified false) while it is among the newest ``keep`` of all, so
         that the damage is seen before it ages out. Returns what is kept, oldest first."""
         snapshots = self.list(namespace, name, check=True)
-        good = [s for s in snapshots if not s.problem][-keep:] if keep > 0 else []
-        recent = snapshots[-keep:] if keep > 0 else []
-        kept = [s for s in snapshots if s in good or (s.problem and s in recent)]
+        kept = retained(snapshots, keep)
         for snapshot in snapshots:
             if snapshot not in kept:
                 for suffix in (".json", ".db"):  # the record first: cut short, what is left is swept

@@ -29,7 +29,7 @@ from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 from reconciler.backup import schedule
-from reconciler.backup.snapshots import SnapshotStore, snapshot_name
+from reconciler.backup.snapshots import SnapshotStore, retained, snapshot_name
 from reconciler.controlplane import addons, status
 from reconciler.controlplane.status import (
     Backups,
@@ -152,6 +152,8 @@ class ControlPlaneController:
         kept = await asyncio.to_thread(store.list, namespace, name)
         last = dt.datetime.fromisoformat(kept[-1].time) if kept else None
         due, next_at = schedule.due(obj, now, last)
+        if not due and retained(kept, spec.keep) != kept:  # one recorded, not yet pruned (or keep lowered)
+            kept = await asyncio.to_thread(store.prune, namespace, name, spec.keep)
         if not due:
             return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
         snapshot = snapshot_name(name, now)
