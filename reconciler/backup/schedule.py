@@ -4,7 +4,11 @@ time of its last snapshot.
 The schedule (``spec.backup.schedule``, a CronJob schedule in UTC) counts from the last snapshot
 kept, or, before the first, from when the control plane last became ready. Anyone who may update
 the VirtualCluster asks for one now by setting the annotation :data:`SNAPSHOT_ANNOTATION` to the
-current time (RFC 3339): it is taken when that time is later than the last snapshot's.
+current time (RFC 3339): it is taken when that time is later than the last snapshot's. The
+annotation says when, not whether (like ``kubectl rollout restart``'s ``restartedAt``): the server
+never clears it, and a request is answered by the first snapshot recorded at or after it, so one
+cut short (the server killed while it streamed or verified it) is taken again, and one recorded
+but not yet in the status is not taken twice.
 """
 
 from __future__ import annotations

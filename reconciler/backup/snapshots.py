@@ -18,12 +18,13 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.fileio import write_atomic
+from reconciler.fileio import remove, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,13 @@ class Snapshot:
                 "verified": not self.problem}
 
 
+def retained(snapshots: list[Snapshot], keep: int) -> list[Snapshot]:
+    """Of ``snapshots`` (oldest first), those :meth:`SnapshotStore.prune` keeps."""
+    good = [s for s in snapshots if not s.problem][-keep:] if keep > 0 else []
+    recent = snapshots[-keep:] if keep > 0 else []
+    return [s for s in snapshots if s in good or (s.problem and s in recent)]
+
+
 def snapshot_name(vc_name: str, moment: dt.datetime) -> str:
     return f"{vc_name}-{moment.astimezone(dt.UTC):%Y%m%d-%H%M%S}"
 
@@ -121,6 +129,23 @@ class SnapshotStore:
         directory = self.dir(namespace, name)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         return directory
+
+    def sweep(self, namespace: str, name: str) -> list[str]:
+        """Remove what a snapshot cut short left behind (the server killed while it streamed, verified or
+        recorded one): temporary files, and a ``.db`` never recorded, so never verified. Run while no
+        snapshot of this VirtualCluster is being taken (its passes run one at a time). Returns what went."""
+        directory = self.dir(namespace, name)
+        try:
+            names = set(os.listdir(directory))
+        except FileNotFoundError:
+            return []
+        stale = sorted(n for n in names if n.startswith(".")
+                       or (n.endswith(".db") and f"{n.removesuffix('.db')}.json" not in names))
+        for leftover in stale:
+            remove(directory / leftover)
+        if stale:
+            log.warning("removed what an unfinished snapshot of %s/%s left: %s", namespace, name, ", ".join(stale))
+        return stale
 
     def record(self, namespace: str, name: str, snapshot: str, moment: dt.datetime, revision: int) -> Snapshot:
         """Verify a snapshot just written at :meth:`path`; record it when good, remove it when not."""
@@ -163,12 +188,10 @@ class SnapshotStore:
         nothing, but stays listed (verified false) while it is among the newest ``keep`` of all, so
         that the damage is seen before it ages out. Returns what is kept, oldest first."""
         snapshots = self.list(namespace, name, check=True)
-        good = [s for s in snapshots if not s.problem][-keep:] if keep > 0 else []
-        recent = snapshots[-keep:] if keep > 0 else []
-        kept = [s for s in snapshots if s in good or (s.problem and s in recent)]
+        kept = retained(snapshots, keep)
         for snapshot in snapshots:
             if snapshot not in kept:
-                for suffix in (".db", ".json"):
+                for suffix in (".json", ".db"):  # the record first: cut short, what is left is swept
                     self.path(namespace, name, snapshot.name).with_suffix(suffix).unlink(missing_ok=True)
                 log.info("removed snapshot %s of %s/%s%s", snapshot.name, namespace, name,
                          f" ({snapshot.problem})" if snapshot.problem else "")

@@ -29,7 +29,7 @@ from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 from reconciler.backup import schedule
-from reconciler.backup.snapshots import SnapshotStore, snapshot_name
+from reconciler.backup.snapshots import SnapshotStore, retained, snapshot_name
 from reconciler.controlplane import addons, status
 from reconciler.controlplane.status import (
     Backups,
@@ -142,15 +142,18 @@ class ControlPlaneController:
         """Take the snapshot that is due (spec.backup's schedule, or the annotation asking for one), verify
         it, keep the newest spec.backup.keep; the snapshots kept, and when to look again. A snapshot that
         fails is an Event, and is tried again shortly."""
+        meta = obj["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        await asyncio.to_thread(store.sweep, namespace, name)
         spec = schedule.spec_of(obj)
         if spec is None:
             return None
-        meta = obj["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
         now = dt.datetime.now(dt.UTC)
         kept = await asyncio.to_thread(store.list, namespace, name)
         last = dt.datetime.fromisoformat(kept[-1].time) if kept else None
         due, next_at = schedule.due(obj, now, last)
+        if not due and retained(kept, spec.keep) != kept:  # one recorded, not yet pruned (or keep lowered)
+            kept = await asyncio.to_thread(store.prune, namespace, name, spec.keep)
         if not due:
             return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
         snapshot = snapshot_name(name, now)
@@ -418,6 +421,8 @@ class ControlPlaneController:
             await self.runtime.teardown(meta["namespace"], meta["name"])
         if self.secrets is not None:
             await self.secrets.delete(PKI_KIND, meta["namespace"], meta["name"])
+        if self.snapshots is not None:  # the snapshots stay (they are backups), an unfinished one does not
+            await asyncio.to_thread(self.snapshots.sweep, meta["namespace"], meta["name"])
         remaining = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         await patch_object(self.registry, obj, {"metadata": {"finalizers": remaining or None}})
         log.info("deleted %s/%s: control plane removed, finalizer released", meta["namespace"], meta["name"])

@@ -3,7 +3,9 @@ real etcd, real tenant control planes, real kubectl."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
 import os
 import signal
 import time
@@ -11,9 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from apiserver.apis.resource import VIRTUALCLUSTERS
+from apiserver.storage.keys import KeyLayout
 from apiserver.storage.secrets import generate_key_file
 from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
 from tests.conftest import Kubectl, start_etcd, tenant_processes
+from tests.support.etcdadmin import EtcdAdmin
 
 GV = "/apis/kosmos.io/v1alpha1"
 
@@ -50,6 +55,12 @@ class Backups:
 
     def get(self, ns: str, name: str) -> dict[str, Any]:
         return self.kubectl.json("get", "vc", name, "-n", ns)
+
+    def stored(self, ns: str, name: str) -> dict[str, Any]:
+        """The VirtualCluster as stored in the dedicated etcd: readable while vc-apiserver is down."""
+        key = KeyLayout(VIRTUALCLUSTERS.group, VIRTUALCLUSTERS.resource).key(ns, name)
+        value = asyncio.run(EtcdAdmin(self.etcd.url).get(key))
+        return json.loads(value) if value else {}
 
     def kubeconfig(self, ns: str, name: str) -> Path:
         path = self.root / f"{ns}-{name}-{time.monotonic_ns()}.kubeconfig"

@@ -14,7 +14,15 @@ import pytest
 from apiserver.apis import schema
 from apiserver.machinery import cron
 from reconciler.backup import schedule
-from reconciler.backup.snapshots import BOLT_MAGIC, META, PAGE_HEADER, SnapshotStore, _fnv64a, verify
+from reconciler.backup.snapshots import (
+    BOLT_MAGIC,
+    META,
+    PAGE_HEADER,
+    SnapshotStore,
+    _fnv64a,
+    retained,
+    verify,
+)
 
 T0 = dt.datetime(2025, 3, 1, 12, 0, 30, tzinfo=dt.UTC)  # a Saturday
 
@@ -148,6 +156,22 @@ def test_the_store_keeps_the_newest_good_ones_and_shows_damage_while_it_is_recen
     bad = store.path("ns", "vc", "vc-9")
     bad.write_bytes(b"nonsense")
     assert store.record("ns", "vc", "vc-9", T0, 1).problem and not bad.exists()
+
+
+def test_what_an_unfinished_snapshot_left_is_swept_and_one_recorded_but_not_pruned_is_seen(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    directory = store.prepare("ns", "vc")
+    for i in range(3):
+        store.path("ns", "vc", f"vc-{i}").write_bytes(stream(bolt()))
+        store.record("ns", "vc", f"vc-{i}", T0 + dt.timedelta(minutes=i), revision=10 + i)
+    (directory / ".vc-3.db.part").write_bytes(b"half a stream")  # killed while etcd streamed it
+    (directory / "vc-4.db").write_bytes(stream(bolt()))  # killed before it was verified and recorded
+    (directory / ".vc-4.json.1234.tmp").write_bytes(b"{")  # killed while it was recorded
+    assert store.sweep("ns", "vc") == [".vc-3.db.part", ".vc-4.json.1234.tmp", "vc-4.db"]
+    assert sorted(p.name for p in directory.iterdir()) == [f"vc-{i}{s}" for i in range(3) for s in (".db", ".json")]
+    assert store.sweep("ns", "vc") == [] and store.sweep("ns", "gone") == []
+    listed = store.list("ns", "vc")  # killed before pruning: one more than keep is recorded
+    assert [s.name for s in retained(listed, 2)] == ["vc-1", "vc-2"] and retained(listed, 3) == listed
 
 
 # -- restoring (spec.restoreFrom) -----------------------------------------------------------------
