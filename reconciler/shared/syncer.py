@@ -81,6 +81,10 @@ class SliceSyncer:
         self._writes = asyncio.Semaphore(WRITES_IN_FLIGHT)
         self._tasks: list[asyncio.Task[None]] = []
         self._status_written = 0.0
+        # what the host side was last found to be (ready, reason, message); the report follows it once
+        # the tenant's node says so too, so the VirtualCluster is never Ready before its node
+        self._host: tuple[bool, str, str] = (False, self.report.reason, self.report.message)
+        self._beat = asyncio.Event()
         self._seen_events: set[str] = set()
         self._started_at = now_rfc3339()
         self.passes = 0
@@ -157,7 +161,9 @@ class SliceSyncer:
                 await self._node_status()
             except (HostError, HostUnavailable) as e:
                 log.debug("shared node heartbeat of %s: %s", self.namespace, e)
-            await asyncio.sleep(HEARTBEAT)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat.wait(), HEARTBEAT)  # a readiness change: at once
+            self._beat.clear()
 
     # -- the host's side -------------------------------------------------------------------------
 
@@ -216,10 +222,11 @@ class SliceSyncer:
         self._ready(True, "SliceReady", f"pods run in the host namespace {self.namespace} under its quota")
 
     def _ready(self, ready: bool, reason: str, message: str) -> None:
-        if (ready, reason) != (self.report.ready, self.report.reason):
+        if (ready, reason) != self._host[:2]:
             self._status_written = 0.0  # a readiness change is written at once
+            self._beat.set()
             log.info("shared node of %s: Ready=%s %s: %s", self.namespace, ready, reason, message)
-        self.report.ready, self.report.reason, self.report.message = ready, reason, message
+        self._host = (ready, reason, message)
 
     # -- the tenant's node ---------------------------------------------------------------------
 
@@ -249,11 +256,12 @@ class SliceSyncer:
             current = await self.tenant.patch(f"/api/v1/nodes/{NODE_NAME}", {"metadata": {"labels": want_labels}})
         if loop.time() - self._status_written < STATUS_REFRESH and self._status_written:
             return
-        r = self.report
-        status = translate.node_status(self.slice, r.ready, r.reason, r.message, now_rfc3339(), self.version, current)
+        ready, reason, message = self._host
+        status = translate.node_status(self.slice, ready, reason, message, now_rfc3339(), self.version, current)
         await self.tenant.patch(f"/api/v1/nodes/{NODE_NAME}/status", {"status": status},
                                 "application/strategic-merge-patch+json")
         self._status_written = loop.time()
+        self.report.ready, self.report.reason, self.report.message = ready, reason, message
 
     # -- the pass ------------------------------------------------------------------------------
 
@@ -305,7 +313,7 @@ class SliceSyncer:
                 return None
             if translate.started(pod):
                 return self._lost(pod)
-            if not self.report.ready:
+            if not self._host[0]:
                 return None  # no pod before the quota is accounted
             try:
                 creates.append((pod, translate.host_pod(self.vc, pod)))
@@ -481,6 +489,7 @@ class SliceSyncer:
         by_host = {names.host_name(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in tenant_pods}
         events = (await self.host.get(f"/api/v1/namespaces/{self.namespace}/events",
                                       fieldSelector="involvedObject.kind=Pod"))["items"]
+        self._seen_events &= {e["metadata"].get("uid", "") for e in events}  # the host expires events: so do we
         for e in events:
             uid = e["metadata"].get("uid", "")
             pod = by_host.get((e.get("involvedObject") or {}).get("name", ""))

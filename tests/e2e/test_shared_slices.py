@@ -195,6 +195,60 @@ def test_a_pods_configmap_is_copied_before_it_runs_and_collected_after(
                            check=False).returncode, lambda rc: rc != 0, what="the copy collected")
 
 
+def test_a_pod_whose_secret_is_missing_waits_until_it_exists(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    obj, t = sliced
+    namespace = obj["status"]["sharedResources"]["namespace"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "needs", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "docker.io/library/busybox:1.36",
+                                    "env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "later", "key": "p"}}}]}]}}
+    t.run("create", "-f", "-", input=json.dumps(pod))
+    waiting = until(lambda: t.json("get", "pod", "needs"),
+                    lambda p: condition(p, names.HOST_SCHEDULED).get("reason") == "MissingReference",
+                    what="the missing Secret reported")
+    assert "Secret default/later does not exist" in condition(waiting, names.HOST_SCHEDULED)["message"]
+    assert names.host_name("default", "needs") not in host_pods(host, namespace)
+    t.run("create", "secret", "generic", "later", "--from-literal=p=1")
+    until(lambda: t.json("get", "pod", "needs"), lambda p: p["status"].get("phase") == "Running",
+          what="the pod Running once its Secret exists")
+    assert host.json("get", "secret", names.host_name("default", "later"), "-n", namespace)["data"] == {"p": "MQ=="}
+    t.run("delete", "pod", "needs", "--wait", timeout=90)
+
+
+def test_a_host_network_pod_is_refused_by_the_hosts_pod_security_and_the_tenant_told(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    obj, t = sliced
+    namespace = obj["status"]["sharedResources"]["namespace"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hostnet", "namespace": "default"},
+           "spec": {"hostNetwork": True, "containers": [{"name": "c", "image": "docker.io/library/busybox:1.36"}]}}
+    t.run("create", "-f", "-", input=json.dumps(pod))
+    refused = until(lambda: t.json("get", "pod", "hostnet"),
+                    lambda p: condition(p, names.HOST_SCHEDULED).get("reason") == "ProviderFailed",
+                    what="the host's refusal reported")
+    assert "violates PodSecurity" in condition(refused, names.HOST_SCHEDULED)["message"]
+    assert names.host_name("default", "hostnet") not in host_pods(host, namespace)
+    t.run("delete", "pod", "hostnet", "--wait", timeout=90)
+
+
+def test_the_host_schedulers_events_are_told_again_on_the_tenant_pod(sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    _, t = sliced
+    pod = next(p for p in tenant_pods(t, "-l", "app=web") if p["status"].get("phase") == "Running")
+    events = until(lambda: t.json("get", "events", "--field-selector",
+                                  f"involvedObject.name={pod['metadata']['name']},source=shared-slice")["items"],
+                   lambda found: any(e["reason"] == "Scheduled" for e in found), what="the host's Scheduled event")
+    told = next(e for e in events if e["reason"] == "Scheduled")
+    assert "vcw-" not in told["message"]  # the host namespace is told as the tenant's
+
+
+def test_a_shared_node_deleted_by_the_tenant_admin_comes_back(sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    _, t = sliced
+    t.run("delete", "node", NODE)
+    node = until(lambda: t.run("get", "node", NODE, "-o", "json", check=False),
+                 lambda proc: proc.returncode == 0 and condition(json.loads(proc.stdout), "Ready").get("status") == "True",
+                 timeout=30, what="the node made again")
+    assert json.loads(node.stdout)["status"]["allocatable"]["cpu"] == "4"
+
+
 def test_resizing_the_slice_resizes_the_node_and_the_quota_together(
         host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
     obj, t = sliced
