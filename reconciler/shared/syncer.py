@@ -401,26 +401,10 @@ class SliceSyncer:
                                                                 "after it had started; the pod failed")
 
     async def _delete_host(self, host: Obj, grace: int | None) -> None:
-        meta = host["metadata"]
-        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta["uid"]}}
-        if grace is not None:
-            body["gracePeriodSeconds"] = grace
-        try:
-            await self.host.delete(f"{POD_PATH.format(self.namespace)}/{meta['name']}", body)
-        except HostError as e:
-            if e.code not in (404, 409):
-                raise
+        await _delete_pod(self.host, host, grace)
 
     async def _delete_tenant(self, pod: Obj, grace: int | None) -> None:
-        meta = pod["metadata"]
-        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta["uid"]}}
-        if grace is not None:
-            body["gracePeriodSeconds"] = grace
-        try:
-            await self.tenant.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", body)
-        except HostError as e:
-            if e.code not in (404, 409):
-                raise
+        await _delete_pod(self.tenant, pod, grace)
 
     async def _finalize(self, pod: Obj) -> None:
         """A deleting tenant pod whose host pod is gone: removed with grace 0, as its kubelet would."""
@@ -541,6 +525,19 @@ async def remove_namespace(host: KubeClient, namespace: str) -> bool:
             return True
         raise
     return False
+
+
+async def _delete_pod(client: KubeClient, pod: Obj, grace: int | None) -> None:
+    """Delete exactly this pod (a UID precondition: never a namesake made meanwhile); gone is done."""
+    meta = pod["metadata"]
+    body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta["uid"]}}
+    if grace is not None:
+        body["gracePeriodSeconds"] = grace
+    try:
+        await client.delete(f"{POD_PATH.format(meta['namespace'])}/{meta['name']}", body)
+    except HostError as e:
+        if e.code not in (404, 409):
+            raise
 
 
 def _conflict(namespace: str, name: str) -> str:
