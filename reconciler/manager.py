@@ -54,7 +54,7 @@ class Manager:
             joiner = KwokJoiner(runtime)  # the playground's and the tests' default
         if host is not None and joiner is not None:
             self.nodes = NodePromoter(host, joiner, events)
-        self.slices = SharedSlices(host) if host is not None else None
+        self.slices = SharedSlices(host, events) if host is not None else None
         self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes, snapshots,
                                                  self.slices)
         self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)

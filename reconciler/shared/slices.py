@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from apiserver.kubeclient.events import EventRecorder
 from certs.tenant import TenantPki
 from reconciler.shared import names
 from reconciler.shared.names import Obj
@@ -19,8 +20,9 @@ log = logging.getLogger(__name__)
 
 
 class SharedSlices:
-    def __init__(self, host: KubeClient) -> None:
+    def __init__(self, host: KubeClient, events: EventRecorder | None = None) -> None:
         self.host = host
+        self.events = events
         self._syncers: dict[str, SliceSyncer] = {}
 
     def running(self, vc: Obj) -> bool:
@@ -31,7 +33,8 @@ class SharedSlices:
         uid = vc["metadata"]["uid"]
         syncer = self._syncers.get(uid)
         if syncer is None:
-            syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), KUBERNETES_VERSION)
+            syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), KUBERNETES_VERSION,
+                                 self.events)
             self._syncers[uid] = syncer
             syncer.start()
             log.info("shared slice of %s/%s: %s in host namespace %s", vc["metadata"]["namespace"],

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery.timefmt import now_rfc3339
 from reconciler.shared import names, translate
 from reconciler.shared.names import NODE_NAME, Obj
@@ -69,12 +70,13 @@ class SliceReport:
 
 class SliceSyncer:
     def __init__(self, vc: Obj, slice_: dict[str, str], host: KubeClient, tenant: KubeClient,
-                 version: str = "v0.0.0") -> None:
+                 version: str = "v0.0.0", events: EventRecorder | None = None) -> None:
         self.vc = vc
         self.slice = dict(slice_)
         self.host = host
         self.tenant = tenant
         self.version = version
+        self.events = events
         self.namespace = names.host_namespace(vc)
         self.report = SliceReport(self.namespace, translate.capacity(self.slice))
         self._wake = asyncio.Event()
@@ -257,11 +259,15 @@ class SliceSyncer:
         if loop.time() - self._status_written < STATUS_REFRESH and self._status_written:
             return
         ready, reason, message = self._host
+        told = (self.report.ready, self.report.reason) != (ready, reason)
         status = translate.node_status(self.slice, ready, reason, message, now_rfc3339(), self.version, current)
         await self.tenant.patch(f"/api/v1/nodes/{NODE_NAME}/status", {"status": status},
                                 "application/strategic-merge-patch+json")
         self._status_written = loop.time()
         self.report.ready, self.report.reason, self.report.message = ready, reason, message
+        if told and self.events is not None:  # every transition of the slice is an Event on its VirtualCluster
+            await self.events.record(self.vc, "Normal" if ready else "Warning", reason,
+                                     f"shared node {NODE_NAME}: {message}")
 
     # -- the pass ------------------------------------------------------------------------------
 

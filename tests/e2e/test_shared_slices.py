@@ -341,6 +341,10 @@ def test_a_deleted_host_namespace_is_made_again_and_its_started_pods_replaced(
     quota = host.json("get", "resourcequota", names.QUOTA, "-n", namespace)
     assert quota["status"]["hard"]["requests.cpu"] == "4"
     assert condition(t.json("get", "node", NODE), "Ready")["status"] == "True"
+    # each transition is told on the VirtualCluster
+    told = [e["reason"] for e in host.json("get", "events", "-n", obj["metadata"]["namespace"], "--field-selector",
+                                           "involvedObject.name=team")["items"]]
+    assert {"SliceReady"} <= set(told) and {"HostNamespaceMissing", "QuotaNotReady"} & set(told), told
 
 
 def test_vc_apiserver_killed_mid_burst_converges_to_one_host_pod_per_tenant_pod(
