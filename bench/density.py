@@ -18,9 +18,11 @@ Nothing here tunes the tenants: it measures them as the reconciler starts them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -78,11 +80,23 @@ def _tenant_pids(tenants: Path, names: list[str]) -> dict[str, set[int]]:
     return {name: ProcessRuntime.processes_under(tenants / "bench" / name) for name in names}
 
 
-def _memory(pids: set[int]) -> dict[str, float]:
+def pss_kib(pid: int) -> int:
+    """Proportional set size: the process's private pages plus its share of pages others map too
+    (the same binaries' text, run by every tenant); 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _memory(pids: set[int], read: Callable[[int], int] = rss_kib) -> dict[str, float]:
     by = dict.fromkeys(COMPONENTS, 0.0)
     for pid in pids:
         kind = component(pid)
-        by[kind] = by.get(kind, 0.0) + rss_kib(pid) / 1024
+        by[kind] = by.get(kind, 0.0) + read(pid) / 1024
     by["total"] = sum(by.values())
     return by
 
@@ -103,6 +117,29 @@ async def _idle(tenants: Path, names: list[str], api_pid: int, seconds: float) -
         per_tenant[name] = 100.0 * ticks / TICK / elapsed
     return {"window_s": elapsed, "per_tenant_pct": per_tenant,
             "vc_apiserver_pct": 100.0 * (api_after - api_before) / TICK / elapsed}
+
+
+async def _stop_tenants(tenants: Path, grace: float = 10.0) -> None:
+    """The tenant processes outlive vc-apiserver (they are its children only by start): SIGTERM
+    them all, then SIGKILL what is left after ``grace`` seconds."""
+    pids = ProcessRuntime.processes_under(tenants)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            pids = {pid for pid in pids if Path(f"/proc/{pid}").exists() and not _zombie(pid)}
+        if not pids:
+            return
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
@@ -135,7 +172,9 @@ async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
                 if len(names) not in points:
                     continue
                 idle = await _idle(tenants, names, api_pid, idle_s)
-                memory = {name: _memory(pids) for name, pids in _tenant_pids(tenants, names).items()}
+                pids = _tenant_pids(tenants, names)
+                memory = {name: _memory(ps) for name, ps in pids.items()}
+                pss = {name: _memory(ps, pss_kib) for name, ps in pids.items()}
                 totals = [m["total"] for m in memory.values()]
                 cpu = list(idle["per_tenant_pct"].values())
                 steps.append({
@@ -147,13 +186,15 @@ async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
                     "rss_mib_per_tenant_mean": statistics.fmean(totals),
                     "rss_mib_per_tenant_max": max(totals),
                     "rss_mib_all_tenants": sum(totals),
+                    "pss_mib_per_tenant_mean": statistics.fmean(m["total"] for m in pss.values()),
+                    "pss_mib_all_tenants": sum(m["total"] for m in pss.values()),
                     "idle_cpu_pct_per_tenant_mean": statistics.fmean(cpu),
                     "idle_cpu_pct_per_tenant_max": max(cpu),
                     "idle_cpu_pct_all_tenants": sum(cpu),
                     "idle_window_s": idle["window_s"],
                     "vc_apiserver_rss_mib": rss_kib(api_pid) / 1024,
                     "vc_apiserver_idle_cpu_pct": idle["vc_apiserver_pct"],
-                    "per_tenant": {n: {"rss_mib": memory[n], "idle_cpu_pct": idle["per_tenant_pct"][n]}
+                    "per_tenant": {n: {"rss_mib": memory[n], "pss_mib": pss[n], "idle_cpu_pct": idle["per_tenant_pct"][n]}
                                    for n in names},
                 })
                 s = steps[-1]
@@ -163,6 +204,7 @@ async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
     finally:
         api.stop()
         etcd.stop()
+        await _stop_tenants(tenants)
         shutil.rmtree(tenants, ignore_errors=True)
     return {
         "measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -177,7 +219,7 @@ def _component_cells(s: dict[str, Any]) -> list[str]:
 
 def render(r: dict[str, Any]) -> str:
     head = (f"{'tenants':>7} {'ready p50':>9} {'p99':>6} {'etcd':>6} {'apisrv':>6} {'kcm':>6} {'sched':>6} "
-            f"{'MiB/tn':>7} {'max':>6} {'cpu%/tn':>8} {'max':>6} {'vc MiB':>7} {'vc cpu%':>8}")
+            f"{'MiB/tn':>7} {'max':>6} {'PSS/tn':>7} {'cpu%/tn':>8} {'max':>6} {'vc MiB':>7} {'vc cpu%':>8}")
     lines = [f"tenant density (process runtime, no nodes; idle window {r['idle_s']:.0f} s; RSS in MiB, mean per "
              f"tenant by component; CPU in % of one core)", "  " + head]
     for s in r["steps"]:
@@ -185,7 +227,7 @@ def render(r: dict[str, Any]) -> str:
             f"{s['tenants']:>7}", f"{s['create_to_ready_p50_s']:>8.2f}s", f"{s['create_to_ready_p99_s']:>5.2f}s",
             *(f"{c:>6}" for c in _component_cells(s)),
             f"{s['rss_mib_per_tenant_mean']:>7.0f}", f"{s['rss_mib_per_tenant_max']:>6.0f}",
-            f"{s['idle_cpu_pct_per_tenant_mean']:>8.2f}", f"{s['idle_cpu_pct_per_tenant_max']:>6.2f}",
+            f"{s.get('pss_mib_per_tenant_mean', float('nan')):>7.0f}", f"{s['idle_cpu_pct_per_tenant_mean']:>8.2f}", f"{s['idle_cpu_pct_per_tenant_max']:>6.2f}",
             f"{s['vc_apiserver_rss_mib']:>7.0f}", f"{s['vc_apiserver_idle_cpu_pct']:>8.2f}"]))
     return "\n".join(lines)
 
@@ -197,14 +239,16 @@ def render_markdown(r: dict[str, Any]) -> str:
             str(s["tenants"]), f"{s['create_to_ready_p50_s']:.2f} / {s['create_to_ready_p99_s']:.2f}",
             *_component_cells(s), f"{s['rss_mib_per_tenant_mean']:.0f} (max {s['rss_mib_per_tenant_max']:.0f})",
             f"{s['idle_cpu_pct_per_tenant_mean']:.2f} (max {s['idle_cpu_pct_per_tenant_max']:.2f})",
-            f"{s['rss_mib_all_tenants']:.0f}",
+            f"{s['rss_mib_all_tenants']:.0f}"
+            + (f" (PSS {s['pss_mib_all_tenants']:.0f})" if "pss_mib_all_tenants" in s else ""),
             f"{s['vc_apiserver_rss_mib']:.0f} MiB, {s['vc_apiserver_idle_cpu_pct']:.2f} %"]) + " |")
     return "\n".join([
         BEGIN,
         f"Measured {r['measured']}: up to {r['tenants']} tenants (process runtime, no nodes), created one after "
         f"another, each Ready before the next; idle window {r['idle_s']:.0f} s on {r['cpus']} CPUs. RSS is VmRSS "
         "in MiB, the mean per tenant by component; idle CPU is utime + stime over the window, in % of one core "
-        "(goal: ≤ 200 MiB and ≤ 1 % per tenant).",
+        "(goal: ≤ 200 MiB and ≤ 1 % per tenant). RSS counts the binaries' shared pages in every tenant; PSS (in "
+        "the all-tenants column) splits them among the processes mapping them.",
         "",
         "| tenants | create → Ready p50 / p99 (s) | etcd | kube-apiserver | kube-controller-manager | kube-scheduler "
         "| RSS per tenant (MiB) | idle CPU per tenant (%) | all tenants' RSS (MiB) | vc-apiserver RSS, idle CPU |",
