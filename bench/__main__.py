@@ -20,11 +20,11 @@ from pathlib import Path
 
 import uvloop
 
-from . import config, controlplane, hibernation, promotion, realnodes, report, shared, suite
+from . import config, controlplane, density, hibernation, promotion, realnodes, report, shared, suite
 from .workloads import log
 
 STEPS = ("get", "list", "kubectl", "update", "watch", "apply")
-PRODUCT_STEPS = ("controlplane", "promotion", "hibernation", "realnodes", "shared")  # the product's own work, against its floor
+PRODUCT_STEPS = ("controlplane", "promotion", "hibernation", "realnodes", "shared", "density")  # the product's own work, against its floor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,6 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pods of the shared-slice family's Deployment (default 500, times --scale below 1; "
                    "env BENCH_SHARED_PODS)")
     p.add_argument("--shared-rounds", type=int, default=3, help="0 -> N rounds of the shared-slice family")
+    p.add_argument("--density-tenants", type=int, default=30,
+                   help="tenants the density family creates one after another")
+    p.add_argument("--density-idle", type=float, default=60.0,
+                   help="seconds of idle CPU measured at each of the density family's tenant counts")
     return p.parse_args(argv)
 
 
@@ -92,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         if only is None or "shared" in only:
             pods = args.shared_pods or max(int(500 * min(args.scale, 1.0)), 10)
             product["shared"] = uvloop.run(shared.run(workdir / "shared", pods, args.shared_rounds, say=log))
+        if only is None or "density" in only:
+            product["density"] = uvloop.run(density.run(workdir / "density", args.density_tenants,
+                                                        args.density_idle, say=log))
     except BaseException:
         log(f"bench failed; logs kept in {workdir / 'log'}")
         raise
@@ -112,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + realnodes.render(product["realnodes"]))
     if "shared" in product:
         print("\n" + shared.render(product["shared"]))
+    if "density" in product:
+        print("\n" + density.render(product["density"]))
     print(f"\nresults: {args.json}")
     if args.docs if args.docs is not None else args.scale >= 1.0 and only is None:
         report.write_docs(document)

@@ -251,6 +251,9 @@ def write_docs(doc: Document, md: Path = DOCS_MD, png: Path = DOCS_PNG) -> None:
     if "shared" in doc:  # the product families with a generated block of their own
         from .shared import write_markdown
         write_markdown(doc["shared"], md)
+    if "density" in doc:
+        from . import density
+        density.write_markdown(doc["density"], md)
 
 
 def main(argv: list[str] | None = None) -> int:

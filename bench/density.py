@@ -1,0 +1,312 @@
+"""Tenant density benchmark: what each tenant control plane costs the machine, as tenants add up.
+
+One vc-apiserver (process runtime) creates VirtualClusters without nodes one after another, each
+waited until Ready before the next, up to N. At each reported tenant count (every count up to 10,
+then 20, 30, ... and N) it records, with every tenant Ready and nothing else happening:
+
+- create -> Ready of the tenants created so far (p50, p99);
+- the resident memory (VmRSS) of each tenant's processes, by component (etcd, kube-apiserver,
+  kube-controller-manager, kube-scheduler), found by their command line pointing into the tenant's
+  directory; reported as the mean per tenant and the largest tenant's total;
+- idle CPU: utime + stime of every tenant process over an idle window, as % of one core, per tenant
+  (mean and largest) and for all tenants together;
+- vc-apiserver's own RSS and CPU over the same window.
+
+Nothing here tunes the tenants: it measures them as the reconciler starts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from apiserver.storage.secrets import generate_key_file
+from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
+from reconciler.runtime.process import ProcessRuntime
+
+from .controlplane import Ours, rss_kib
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+BEGIN, END = "<!-- bench:density:begin -->", "<!-- bench:density:end -->"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def checkpoints(n: int) -> list[int]:
+    """Every count up to 10 (for small N that is every step), then every 10, and N itself."""
+    points = [c for c in range(1, min(n, 10) + 1) if n <= 10 or c in (1, 5, 10)]
+    return sorted(set(points + list(range(20, n + 1, 10)) + [n]))
+
+
+def component(pid: int) -> str:
+    """The component a tenant process runs, from the program name in its command line."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "gone"
+    for arg in argv[:2]:  # the binary, or the one a wrapper (kube-log-runner) runs
+        name = os.path.basename(arg.decode(errors="replace"))
+        if name in COMPONENTS:
+            return name
+    return "other"
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process, in clock ticks (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted after the name
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _tenant_pids(tenants: Path, names: list[str]) -> dict[str, set[int]]:
+    return {name: ProcessRuntime.processes_under(tenants / "bench" / name) for name in names}
+
+
+def pss_kib(pid: int) -> int:
+    """Proportional set size: the process's private pages plus its share of pages others map too
+    (the same binaries' text, run by every tenant); 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _memory(pids: set[int], read: Callable[[int], int] = rss_kib) -> dict[str, float]:
+    by = dict.fromkeys(COMPONENTS, 0.0)
+    for pid in pids:
+        kind = component(pid)
+        by[kind] = by.get(kind, 0.0) + read(pid) / 1024
+    by["total"] = sum(by.values())
+    return by
+
+
+async def _idle(tenants: Path, names: list[str], api_pid: int, seconds: float) -> dict[str, Any]:
+    """CPU of every tenant process and of vc-apiserver over ``seconds`` of nothing happening."""
+    pids = _tenant_pids(tenants, names)
+    before = {name: {pid: cpu_ticks(pid) for pid in ps} for name, ps in pids.items()}
+    api_before = cpu_ticks(api_pid)
+    started = time.monotonic()
+    await asyncio.sleep(seconds)
+    elapsed = time.monotonic() - started
+    api_after = cpu_ticks(api_pid)
+    per_tenant = {}
+    for name in pids:
+        # a process that exited during the window counts what it had used before it (0 after)
+        ticks = sum(max(cpu_ticks(pid) - t, 0) for pid, t in before[name].items())
+        per_tenant[name] = 100.0 * ticks / TICK / elapsed
+    return {"window_s": elapsed, "per_tenant_pct": per_tenant,
+            "vc_apiserver_pct": 100.0 * (api_after - api_before) / TICK / elapsed}
+
+
+async def _stop_tenants(tenants: Path, grace: float = 10.0) -> None:
+    """The tenant processes outlive vc-apiserver (they are its children only by start): SIGTERM
+    them all, then SIGKILL what is left after ``grace`` seconds."""
+    pids = ProcessRuntime.processes_under(tenants)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            pids = {pid for pid in pids if Path(f"/proc/{pid}").exists() and not _zombie(pid)}
+        if not pids:
+            return
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
+              say: Callable[[str], None] = print) -> dict[str, Any]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    pki_files = Pki.ensure(workdir / "pki")
+    etcd = Etcd(workdir / "etcd", free_port(), free_port(), workdir / "etcd.log").start()
+    key = workdir / "encryption.key"
+    if not key.exists():
+        generate_key_file(key)
+    tenants = workdir / "tenants"
+    api = ApiServer(pki_files, etcd.url, free_port(), workdir / "vc-apiserver.log", extra_args=[
+        "--control-plane-runtime", "process", "--runtime-dir", str(tenants), "--runtime-bin-dir", str(BIN),
+        "--encryption-key-file", str(key)]).start()
+    points = checkpoints(tenants_wanted)
+    ready_s: list[float] = []
+    steps: list[dict[str, Any]] = []
+    names: list[str] = []
+    try:
+        api_pid = api.proc.pid
+        assert api_pid, "vc-apiserver has a pid"
+        async with aiohttp.ClientSession(base_url=api.url, connector=aiohttp.TCPConnector(
+                ssl=pki_files.ssl_context("admin"))) as session:
+            ours = Ours(api, session)
+            for i in range(tenants_wanted):
+                name = f"density-{i}"
+                ready_s.append(await ours.create_until_ready(name))
+                names.append(name)
+                say(f"density: {name} Ready in {ready_s[-1]:.2f}s")
+                if len(names) not in points:
+                    continue
+                idle = await _idle(tenants, names, api_pid, idle_s)
+                pids = _tenant_pids(tenants, names)
+                memory = {name: _memory(ps) for name, ps in pids.items()}
+                pss = {name: _memory(ps, pss_kib) for name, ps in pids.items()}
+                totals = [m["total"] for m in memory.values()]
+                cpu = list(idle["per_tenant_pct"].values())
+                steps.append({
+                    "tenants": len(names),
+                    "create_to_ready_p50_s": statistics.median(ready_s),
+                    "create_to_ready_p99_s": percentile(ready_s, 0.99),
+                    "rss_mib_mean_by_component": {
+                        c: statistics.fmean(m.get(c, 0.0) for m in memory.values()) for c in (*COMPONENTS, "other")},
+                    "rss_mib_per_tenant_mean": statistics.fmean(totals),
+                    "rss_mib_per_tenant_max": max(totals),
+                    "rss_mib_all_tenants": sum(totals),
+                    "pss_mib_per_tenant_mean": statistics.fmean(m["total"] for m in pss.values()),
+                    "pss_mib_all_tenants": sum(m["total"] for m in pss.values()),
+                    "idle_cpu_pct_per_tenant_mean": statistics.fmean(cpu),
+                    "idle_cpu_pct_per_tenant_max": max(cpu),
+                    "idle_cpu_pct_all_tenants": sum(cpu),
+                    "idle_window_s": idle["window_s"],
+                    "vc_apiserver_rss_mib": rss_kib(api_pid) / 1024,
+                    "vc_apiserver_idle_cpu_pct": idle["vc_apiserver_pct"],
+                    "per_tenant": {n: {"rss_mib": memory[n], "pss_mib": pss[n], "idle_cpu_pct": idle["per_tenant_pct"][n]}
+                                   for n in names},
+                })
+                s = steps[-1]
+                say(f"density: {len(names)} tenants: {s['rss_mib_per_tenant_mean']:.0f} MiB/tenant, "
+                    f"{s['idle_cpu_pct_per_tenant_mean']:.2f}% idle CPU/tenant, vc-apiserver "
+                    f"{s['vc_apiserver_rss_mib']:.0f} MiB {s['vc_apiserver_idle_cpu_pct']:.2f}%")
+    finally:
+        api.stop()
+        etcd.stop()
+        await _stop_tenants(tenants)
+        shutil.rmtree(tenants, ignore_errors=True)
+    return {
+        "measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "tenants": tenants_wanted, "idle_s": idle_s, "cpus": os.cpu_count(),
+        "create_to_ready_s": ready_s, "steps": steps,
+    }
+
+
+def _component_cells(s: dict[str, Any]) -> list[str]:
+    return [f"{s['rss_mib_mean_by_component'][c]:.0f}" for c in COMPONENTS]
+
+
+def render(r: dict[str, Any]) -> str:
+    head = (f"{'tenants':>7} {'ready p50':>9} {'p99':>6} {'etcd':>6} {'apisrv':>6} {'kcm':>6} {'sched':>6} "
+            f"{'MiB/tn':>7} {'max':>6} {'PSS/tn':>7} {'cpu%/tn':>8} {'max':>6} {'vc MiB':>7} {'vc cpu%':>8}")
+    lines = [f"tenant density (process runtime, no nodes; idle window {r['idle_s']:.0f} s; RSS in MiB, mean per "
+             f"tenant by component; CPU in % of one core)", "  " + head]
+    for s in r["steps"]:
+        lines.append("  " + " ".join([
+            f"{s['tenants']:>7}", f"{s['create_to_ready_p50_s']:>8.2f}s", f"{s['create_to_ready_p99_s']:>5.2f}s",
+            *(f"{c:>6}" for c in _component_cells(s)),
+            f"{s['rss_mib_per_tenant_mean']:>7.0f}", f"{s['rss_mib_per_tenant_max']:>6.0f}",
+            f"{s.get('pss_mib_per_tenant_mean', float('nan')):>7.0f}", f"{s['idle_cpu_pct_per_tenant_mean']:>8.2f}", f"{s['idle_cpu_pct_per_tenant_max']:>6.2f}",
+            f"{s['vc_apiserver_rss_mib']:>7.0f}", f"{s['vc_apiserver_idle_cpu_pct']:>8.2f}"]))
+    return "\n".join(lines)
+
+
+def render_markdown(r: dict[str, Any]) -> str:
+    rows = []
+    for s in r["steps"]:
+        rows.append("| " + " | ".join([
+            str(s["tenants"]), f"{s['create_to_ready_p50_s']:.2f} / {s['create_to_ready_p99_s']:.2f}",
+            *_component_cells(s), f"{s['rss_mib_per_tenant_mean']:.0f} (max {s['rss_mib_per_tenant_max']:.0f})",
+            f"{s['idle_cpu_pct_per_tenant_mean']:.2f} (max {s['idle_cpu_pct_per_tenant_max']:.2f})",
+            f"{s['rss_mib_all_tenants']:.0f}"
+            + (f" (PSS {s['pss_mib_all_tenants']:.0f})" if "pss_mib_all_tenants" in s else ""),
+            f"{s['vc_apiserver_rss_mib']:.0f} MiB, {s['vc_apiserver_idle_cpu_pct']:.2f} %"]) + " |")
+    return "\n".join([
+        BEGIN,
+        f"Measured {r['measured']}: up to {r['tenants']} tenants (process runtime, no nodes), created one after "
+        f"another, each Ready before the next; idle window {r['idle_s']:.0f} s on {r['cpus']} CPUs. RSS is VmRSS "
+        "in MiB, the mean per tenant by component; idle CPU is utime + stime over the window, in % of one core "
+        "(goal: ≤ 200 MiB and ≤ 1 % per tenant). RSS counts the binaries' shared pages in every tenant; PSS (in "
+        "the all-tenants column) splits them among the processes mapping them.",
+        "",
+        "| tenants | create → Ready p50 / p99 (s) | etcd | kube-apiserver | kube-controller-manager | kube-scheduler "
+        "| RSS per tenant (MiB) | idle CPU per tenant (%) | all tenants' RSS (MiB) | vc-apiserver RSS, idle CPU |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        END,
+    ])
+
+
+def write_markdown(r: dict[str, Any], md: Path) -> None:
+    """Replace this family's block of ``docs/benchmarks.md`` (the hand-written text around it stays)."""
+    text = md.read_text()
+    if BEGIN in text and END in text:
+        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: render_markdown(r), text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + render_markdown(r) + "\n"
+    md.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.density [--tenants N] [--idle S] [--docs]``: this family alone (no API suite);
+    ``--render results.json`` redraws its block of docs/benchmarks.md from a past run's ``density``."""
+    import argparse
+    import json
+    import tempfile
+
+    from . import report
+    from .workloads import log
+
+    p = argparse.ArgumentParser(prog="python -m bench.density", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tenants", type=int, default=30, help="tenants to create, one after another")
+    p.add_argument("--idle", type=float, default=60.0, help="idle window in seconds at each reported count")
+    p.add_argument("--workdir", type=Path, help="keep data and logs here (default: a temporary directory, removed)")
+    p.add_argument("--json", type=Path, help="also write the result here")
+    p.add_argument("--docs", action="store_true", help="write this family's block of docs/benchmarks.md")
+    p.add_argument("--render", type=Path, metavar="JSON", help="only redraw the block from a results file")
+    args = p.parse_args(argv)
+    if args.render:
+        result = report.read_json(args.render)
+        result = result.get("density", result)
+    else:
+        workdir = args.workdir or Path(tempfile.mkdtemp(prefix="vc-density-"))
+        result = asyncio.run(run(workdir, args.tenants, args.idle, say=log))
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        print(json.dumps(result, indent=2))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"density": result}, indent=2))
+    print(render(result))
+    if args.docs or args.render:
+        write_markdown(result, report.DOCS_MD)
+        print(f"docs: {report.DOCS_MD}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
