@@ -123,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + density.render(product["density"]))
     print(f"\nresults: {args.json}")
     if args.docs if args.docs is not None else args.scale >= 1.0 and only is None:
-        report.write_docs(document)
+        report.write_docs(document, blocks=[(family.BEGIN, family.END, family.render_markdown(product[name]))
+                                            for name, family in (("shared", shared), ("density", density))
+                                            if name in product])
         print(f"docs: {report.DOCS_MD}, {report.DOCS_PNG}")
     return 0
 

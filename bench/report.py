@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -178,11 +179,12 @@ def _source(meta: dict[str, Any]) -> str:
     return f"; server code at {src['commit']}{dirty}"
 
 
-def update_markdown(path: Path, block: str) -> None:
-    """Replace the generated block, or append it when the file has none yet."""
+def update_markdown(path: Path, block: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the generated block between ``begin`` and ``end`` (the API suite's, or a product family's),
+    or append it when the file has none yet; the hand-written text around it stays."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+    if begin in text and end in text:
+        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
@@ -245,15 +247,13 @@ def write_chart(path: Path, doc: Document) -> None:
     plt.close(fig)
 
 
-def write_docs(doc: Document, md: Path = DOCS_MD, png: Path = DOCS_PNG) -> None:
+def write_docs(doc: Document, md: Path = DOCS_MD, png: Path = DOCS_PNG,
+               blocks: Iterable[tuple[str, str, str]] = ()) -> None:
+    """The API suite's block and chart, and the product families' own blocks ``(begin, end, block)``."""
     update_markdown(md, render_markdown(doc))
     write_chart(png, doc)
-    if "shared" in doc:  # the product families with a generated block of their own
-        from .shared import write_markdown
-        write_markdown(doc["shared"], md)
-    if "density" in doc:
-        from . import density
-        density.write_markdown(doc["density"], md)
+    for begin, end, block in blocks:
+        update_markdown(md, block, begin, end)
 
 
 def main(argv: list[str] | None = None) -> int:

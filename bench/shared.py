@@ -360,16 +360,6 @@ def render_markdown(r: dict[str, Any]) -> str:
        + [END])
 
 
-def write_markdown(r: dict[str, Any], md: Path) -> None:
-    """Replace this family's block of ``docs/benchmarks.md`` (the hand-written text around it stays)."""
-    text = md.read_text()
-    if BEGIN in text and END in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: render_markdown(r), text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + render_markdown(r) + "\n"
-    md.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.shared [--pods N] [--rounds R] [--docs]``: this family alone (no API suite);
     ``--render results.json`` redraws its block of docs/benchmarks.md from a past run's ``shared``."""
@@ -400,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
     print(render(result))
     if args.docs or args.render:
-        write_markdown(result, report.DOCS_MD)
+        report.update_markdown(report.DOCS_MD, render_markdown(result), BEGIN, END)
         print(f"docs: {report.DOCS_MD}")
     return 0
 
