@@ -29,14 +29,34 @@ from reconciler.runtime.process import COMPONENTS, ProcessRuntime
 POLL = 0.05
 
 
-def rss_kib(pid: int) -> int:
+def proc_kib(pid: int, file: str = "status", field: str = "VmRSS") -> int:
+    """One KiB figure of a process from /proc (VmRSS by default); 0 once it is gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def rss_kib(pid: int) -> int:
+    return proc_kib(pid)
+
+
+def start_standalone(workdir: Path, *extra: str) -> tuple[Pki, Etcd, ApiServer]:
+    """vc-apiserver on its own etcd, building tenant control planes as processes under
+    ``workdir/tenants`` (the product families that need no host)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    pki_files = Pki.ensure(workdir / "pki")
+    etcd = Etcd(workdir / "etcd", free_port(), free_port(), workdir / "etcd.log").start()
+    key = workdir / "encryption.key"
+    if not key.exists():
+        generate_key_file(key)
+    api = ApiServer(pki_files, etcd.url, free_port(), workdir / "vc-apiserver.log", extra_args=[
+        "--control-plane-runtime", "process", "--runtime-dir", str(workdir / "tenants"), "--runtime-bin-dir",
+        str(BIN), "--encryption-key-file", str(key), *extra]).start()
+    return pki_files, etcd, api
 
 
 def vc(name: str) -> dict[str, Any]:
@@ -98,15 +118,7 @@ async def floor_once(runtime: ProcessRuntime, pki: tenantpki.TenantPki, name: st
 
 async def run(workdir: Path, rounds: int = 3, concurrent: int = 5) -> dict[str, Any]:
     """Medians of create → Ready (ours) and start → ready (floor), N at once, and one tenant's RSS."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    pki_files = Pki.ensure(workdir / "pki")
-    etcd = Etcd(workdir / "etcd", free_port(), free_port(), workdir / "etcd.log").start()
-    key = workdir / "encryption.key"
-    if not key.exists():
-        generate_key_file(key)
-    api = ApiServer(pki_files, etcd.url, free_port(), workdir / "vc-apiserver.log", extra_args=[
-        "--control-plane-runtime", "process", "--runtime-dir", str(workdir / "tenants"), "--runtime-bin-dir",
-        str(BIN), "--encryption-key-file", str(key), "--concurrent-reconciles", str(concurrent)]).start()
+    pki_files, etcd, api = start_standalone(workdir, "--concurrent-reconciles", str(concurrent))
     floor_runtime = ProcessRuntime(workdir / "floor", BIN, (30000, 34999))
     pki = await asyncio.to_thread(tenantpki.generate, tenantpki.apiserver_sans("127.0.0.1", [], "10.96.0.1"))
     ours_times: list[float] = []

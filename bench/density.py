@@ -31,11 +31,9 @@ from typing import Any
 
 import aiohttp
 
-from apiserver.storage.secrets import generate_key_file
-from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
 from reconciler.runtime.process import ProcessRuntime
 
-from .controlplane import Ours, rss_kib
+from .controlplane import Ours, proc_kib, rss_kib, start_standalone
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 BEGIN, END = "<!-- bench:density:begin -->", "<!-- bench:density:end -->"
@@ -81,14 +79,8 @@ def _tenant_pids(tenants: Path, names: list[str]) -> dict[str, set[int]]:
 
 def pss_kib(pid: int) -> int:
     """Proportional set size: the process's private pages plus its share of pages others map too
-    (the same binaries' text, run by every tenant); 0 once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    (the same binaries' text, run by every tenant)."""
+    return proc_kib(pid, "smaps_rollup", "Pss")
 
 
 def _memory(pids: set[int], read: Callable[[int], int] = rss_kib) -> dict[str, float]:
@@ -143,16 +135,8 @@ def _zombie(pid: int) -> bool:
 
 async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
               say: Callable[[str], None] = print) -> dict[str, Any]:
-    workdir.mkdir(parents=True, exist_ok=True)
-    pki_files = Pki.ensure(workdir / "pki")
-    etcd = Etcd(workdir / "etcd", free_port(), free_port(), workdir / "etcd.log").start()
-    key = workdir / "encryption.key"
-    if not key.exists():
-        generate_key_file(key)
+    pki_files, etcd, api = start_standalone(workdir)
     tenants = workdir / "tenants"
-    api = ApiServer(pki_files, etcd.url, free_port(), workdir / "vc-apiserver.log", extra_args=[
-        "--control-plane-runtime", "process", "--runtime-dir", str(tenants), "--runtime-bin-dir", str(BIN),
-        "--encryption-key-file", str(key)]).start()
     points = checkpoints(tenants_wanted)
     ready_s: list[float] = []
     steps: list[dict[str, Any]] = []

@@ -22,11 +22,9 @@ from typing import Any
 import aiohttp
 
 from apiserver.kubeclient.client import KubeClient, access_from_pem
-from apiserver.storage.secrets import generate_key_file
-from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
 from reconciler.runtime.process import ProcessRuntime
 
-from .controlplane import POLL, Ours, rss_kib
+from .controlplane import POLL, Ours, rss_kib, start_standalone
 
 BASE = "/apis/kosmos.io/v1alpha1/namespaces/bench/virtualclusters"
 
@@ -69,16 +67,8 @@ async def _tenant(session: aiohttp.ClientSession, name: str) -> KubeClient:
 
 
 async def run(workdir: Path, rounds: int = 3) -> dict[str, Any]:
-    workdir.mkdir(parents=True, exist_ok=True)
-    pki_files = Pki.ensure(workdir / "pki")
-    etcd = Etcd(workdir / "etcd", free_port(), free_port(), workdir / "etcd.log").start()
-    key = workdir / "encryption.key"
-    if not key.exists():
-        generate_key_file(key)
+    pki_files, etcd, api = start_standalone(workdir)
     tenants = workdir / "tenants"
-    api = ApiServer(pki_files, etcd.url, free_port(), workdir / "vc-apiserver.log", extra_args=[
-        "--control-plane-runtime", "process", "--runtime-dir", str(tenants), "--runtime-bin-dir", str(BIN),
-        "--encryption-key-file", str(key)]).start()
     create, hibernate, wake, freed, kept = [], [], [], [], []
     try:
         async with aiohttp.ClientSession(base_url=api.url, connector=aiohttp.TCPConnector(
