@@ -290,12 +290,7 @@ class ControlPlaneController:
             return None
         if slice_ is not None:
             return await self.slices.ensure(obj, slice_, pki, endpoint)
-        if self.slices.running(obj) or (obj.get("status") or {}).get("sharedResources"):
-            tenant = admin_client(pki, endpoint)
-            try:
-                await self.slices.remove(obj, tenant)
-            finally:
-                await tenant.close()
+        await self._remove_slice(obj)
         return None
 
     def _tolerate_a_missed_check(self, obj: Obj, state: ControlPlaneState, cp_ready: Obj | None) -> ControlPlaneState:

@@ -194,24 +194,13 @@ class SliceSyncer:
 
     async def _check_host(self) -> None:
         """Ready only while the host answers and the namespace and a quota with status exist."""
-        try:
-            ns = await self.host.get(f"/api/v1/namespaces/{self.namespace}")
-        except HostUnavailable as e:
-            self._ready(False, "HostAPIUnreachable", f"the host does not answer: {e}")
+        ns = await self._read(f"/api/v1/namespaces/{self.namespace}", "HostNamespaceMissing",
+                              f"the slice's host namespace {self.namespace} is missing")
+        if ns is None:
             return
-        except HostError as e:
-            if e.code == 404:
-                self._ready(False, "HostNamespaceMissing", f"the slice's host namespace {self.namespace} is missing")
-            else:
-                self._ready(False, "HostAPIUnreachable", f"the host answered {e.code}: {e.message}")
-            return
-        try:
-            quota = await self.host.get(f"/api/v1/namespaces/{self.namespace}/resourcequotas/{names.QUOTA}")
-        except HostUnavailable as e:
-            self._ready(False, "HostAPIUnreachable", f"the host does not answer: {e}")
-            return
-        except HostError as e:
-            self._ready(False, "QuotaNotReady", f"the quota of {self.namespace} cannot be read: {e.message}")
+        quota = await self._read(f"/api/v1/namespaces/{self.namespace}/resourcequotas/{names.QUOTA}",
+                                 "QuotaNotReady", f"the quota of {self.namespace} is missing")
+        if quota is None:
             return
         if ns["metadata"].get("deletionTimestamp"):
             self._ready(False, "HostNamespaceMissing", f"the slice's host namespace {self.namespace} is terminating")
@@ -222,6 +211,19 @@ class SliceSyncer:
             return
         self.report.used = {k: str(v) for k, v in ((quota.get("status") or {}).get("used") or {}).items()}
         self._ready(True, "SliceReady", f"pods run in the host namespace {self.namespace} under its quota")
+
+    async def _read(self, path: str, missing: str, message: str) -> Obj | None:
+        """The host object at ``path``; None when it cannot be had, the node's readiness saying why."""
+        try:
+            return dict(await self.host.get(path))
+        except HostUnavailable as e:
+            self._ready(False, "HostAPIUnreachable", f"the host does not answer: {e}")
+        except HostError as e:
+            if e.code == 404:
+                self._ready(False, missing, message)
+            else:
+                self._ready(False, "HostAPIUnreachable", f"the host answered {e.code}: {e.message}")
+        return None
 
     def _ready(self, ready: bool, reason: str, message: str) -> None:
         if (ready, reason) != self._host[:2]:
