@@ -245,38 +245,17 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m bench.density [--tenants N] [--idle S] [--docs]``: this family alone (no API suite);
     ``--render results.json`` redraws its block of docs/benchmarks.md from a past run's ``density``."""
     import argparse
-    import json
-    import tempfile
 
     from . import report
     from .workloads import log
 
-    p = argparse.ArgumentParser(prog="python -m bench.density", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tenants", type=int, default=30, help="tenants to create, one after another")
-    p.add_argument("--idle", type=float, default=60.0, help="idle window in seconds at each reported count")
-    p.add_argument("--workdir", type=Path, help="keep data and logs here (default: a temporary directory, removed)")
-    p.add_argument("--json", type=Path, help="also write the result here")
-    p.add_argument("--docs", action="store_true", help="write this family's block of docs/benchmarks.md")
-    p.add_argument("--render", type=Path, metavar="JSON", help="only redraw the block from a results file")
-    args = p.parse_args(argv)
-    if args.render:
-        result = report.read_json(args.render)
-        result = result.get("density", result)
-    else:
-        workdir = args.workdir or Path(tempfile.mkdtemp(prefix="vc-density-"))
-        result = asyncio.run(run(workdir, args.tenants, args.idle, say=log))
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-        print(json.dumps(result, indent=2))
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"density": result}, indent=2))
-    print(render(result))
-    if args.docs or args.render:
-        report.update_markdown(report.DOCS_MD, render_markdown(result), BEGIN, END)
-        print(f"docs: {report.DOCS_MD}")
-    return 0
+    def flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--tenants", type=int, default=30, help="tenants to create, one after another")
+        p.add_argument("--idle", type=float, default=60.0, help="idle window in seconds at each reported count")
+
+    return report.family_main("density", __doc__, argv, flags,
+                              lambda workdir, args: run(workdir, args.tenants, args.idle, say=log),
+                              render, render_markdown, BEGIN, END, json_flag=True)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,17 @@ markers is regenerated, so a run never erases the explanations.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
 import math
 import os
 import platform
 import re
+import shutil
 import sys
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +259,45 @@ def write_docs(doc: Document, md: Path = DOCS_MD, png: Path = DOCS_PNG,
     write_chart(png, doc)
     for begin, end, block in blocks:
         update_markdown(md, block, begin, end)
+
+
+# -- a product family run alone ------------------------------------------------------------------------
+
+def family_main(name: str, description: str | None, argv: list[str] | None,
+                flags: Callable[[argparse.ArgumentParser], None],
+                measure: Callable[[Path, argparse.Namespace], Awaitable[Document]],
+                render: Callable[[Document], str], render_markdown: Callable[[Document], str],
+                begin: str, end: str, json_flag: bool = False) -> int:
+    """``python -m bench.NAME``: one product family without the API suite, or its docs block redrawn
+    from a past run (``--render``). The family brings its options (``flags``) and its measurement;
+    the work directory, the JSON (``--json`` keys it by ``name``, as ``python -m bench`` does) and the
+    docs block are handled alike for every family."""
+    p = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=description,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    flags(p)
+    p.add_argument("--workdir", type=Path, help="keep data and logs here (default: a temporary directory, removed)")
+    if json_flag:
+        p.add_argument("--json", type=Path, help="also write the result here")
+    p.add_argument("--docs", action="store_true", help="write this family's block of docs/benchmarks.md")
+    p.add_argument("--render", type=Path, metavar="JSON", help="only redraw the block from a results file")
+    args = p.parse_args(argv)
+    if args.render:
+        result = read_json(args.render)
+        result = result.get(name, result)
+    else:
+        workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"vc-{name}-"))
+        result = asyncio.run(measure(workdir, args))
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        print(json.dumps(result, indent=2))
+        if json_flag and args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({name: result}, indent=2))
+    print(render(result))
+    if args.docs or args.render:
+        update_markdown(DOCS_MD, render_markdown(result), begin, end)
+        print(f"docs: {DOCS_MD}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -364,35 +364,17 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m bench.shared [--pods N] [--rounds R] [--docs]``: this family alone (no API suite);
     ``--render results.json`` redraws its block of docs/benchmarks.md from a past run's ``shared``."""
     import argparse
-    import json
-    import shutil
-    import tempfile
 
     from . import report
     from .workloads import log
 
-    p = argparse.ArgumentParser(prog="python -m bench.shared", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pods", type=int, default=500)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--workdir", type=Path, help="keep data and logs here (default: a temporary directory, removed)")
-    p.add_argument("--docs", action="store_true", help="write this family's block of docs/benchmarks.md")
-    p.add_argument("--render", type=Path, metavar="JSON", help="only redraw the block from a results file")
-    args = p.parse_args(argv)
-    if args.render:
-        result = report.read_json(args.render)
-        result = result.get("shared", result)
-    else:
-        workdir = args.workdir or Path(tempfile.mkdtemp(prefix="vc-shared-"))
-        result = asyncio.run(run(workdir, args.pods, args.rounds, say=log))
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-        print(json.dumps(result, indent=2))
-    print(render(result))
-    if args.docs or args.render:
-        report.update_markdown(report.DOCS_MD, render_markdown(result), BEGIN, END)
-        print(f"docs: {report.DOCS_MD}")
-    return 0
+    def flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--pods", type=int, default=500)
+        p.add_argument("--rounds", type=int, default=3)
+
+    return report.family_main("shared", __doc__, argv, flags,
+                              lambda workdir, args: run(workdir, args.pods, args.rounds, say=log),
+                              render, render_markdown, BEGIN, END)
 
 
 if __name__ == "__main__":
