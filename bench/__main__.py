@@ -109,18 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     document.update(product)
     report.write_json(args.json, document)
     print(report.render_text(document))
-    if "controlplane" in product:
-        print("\n" + controlplane.render(product["controlplane"]))
-    if "promotion" in product:
-        print("\n" + promotion.render(product["promotion"]))
-    if "hibernation" in product:
-        print("\n" + hibernation.render(product["hibernation"]))
-    if "realnodes" in product:
-        print("\n" + realnodes.render(product["realnodes"]))
-    if "shared" in product:
-        print("\n" + shared.render(product["shared"]))
-    if "density" in product:
-        print("\n" + density.render(product["density"]))
+    families = {"controlplane": controlplane, "promotion": promotion, "hibernation": hibernation,
+                "realnodes": realnodes, "shared": shared, "density": density}
+    for name, result in product.items():  # filled in PRODUCT_STEPS order
+        print("\n" + families[name].render(result))
     print(f"\nresults: {args.json}")
     if args.docs if args.docs is not None else args.scale >= 1.0 and only is None:
         report.write_docs(document, blocks=[(family.BEGIN, family.END, family.render_markdown(product[name]))
