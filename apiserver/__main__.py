@@ -116,13 +116,6 @@ def build_state(args: argparse.Namespace, security: Security) -> ServerState:
                        max_mutating_requests_inflight=args.max_mutating_requests_inflight)
 
 
-def snapshot_dir(args: argparse.Namespace) -> Path | None:
-    """Where tenant snapshots are kept (the process runtime's; none for the others yet)."""
-    if args.control_plane_runtime != "process":
-        return None
-    return Path(args.snapshot_dir or Path(args.runtime_dir).resolve().parent / "snapshots").resolve()
-
-
 def wake_estimate(runtime: str) -> int:
     """Seconds a hibernated control plane of ``runtime`` usually takes to be ready again (what the
     kubeconfig subresource tells whoever wakes one); any replica answers it, reconciling or not."""
@@ -148,14 +141,16 @@ def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> C
         if host is None:
             raise SystemExit("--control-plane-runtime=pods needs a host cluster: --host-kubeconfig, "
                              "--authentication-kubeconfig or in-cluster config")
-        return PodsRuntime(host)
+        return PodsRuntime(host, backup_image=args.backup_image, snapshot_volume_size=args.snapshot_volume_size,
+                           snapshot_storage_class=args.snapshot_storage_class or None)
     low, _, high = args.tenant_port_range.partition("-")
     ports = (int(low), int(high))
     ephemeral = ephemeral_port_range()
     if ephemeral and ports[0] <= ephemeral[1] and ephemeral[0] <= ports[1]:
         log.warning("--tenant-port-range %s overlaps the kernel's ephemeral ports %d-%d: an outgoing connection "
                     "can take a tenant component's port before it starts", args.tenant_port_range, *ephemeral)
-    return ProcessRuntime(Path(args.runtime_dir).resolve(), Path(args.runtime_bin_dir).resolve(), ports)
+    snapshots = Path(args.snapshot_dir).resolve() if args.snapshot_dir else None
+    return ProcessRuntime(Path(args.runtime_dir).resolve(), Path(args.runtime_bin_dir).resolve(), ports, snapshots)
 
 
 def ephemeral_port_range() -> tuple[int, int] | None:
@@ -200,8 +195,7 @@ async def serve(args: argparse.Namespace) -> None:
         attach(app, registry=state.registry, cache=state.cache, etcd=state.etcd, host=state.host,
                events=state.events, secrets=state.secrets, runtime=build_runtime(args, security.host),
                lease_duration=args.leader_elect_lease_duration, identity=args.identity,
-               workers=args.concurrent_reconciles, joiner=build_joiner(args, state.host, state.secrets),
-               snapshot_dir=snapshot_dir(args))
+               workers=args.concurrent_reconciles, joiner=build_joiner(args, state.host, state.secrets))
     # Go's servers read up to 1 MiB of request line and headers; aiohttp's 8 KiB defaults would
     # refuse long label selectors and bearer tokens with a plain-text 400 instead of a Status.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, max_line_size=1 << 20,

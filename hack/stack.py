@@ -55,7 +55,9 @@ class Stack:
             self.extra_args = [
                 "--node-joiner", "agent", "--node-agent-ca-file", str(agents / "node-agent-ca.crt"),
                 "--node-agent-client-cert-file", str(agents / "node-agent-client.crt"),
-                "--node-agent-client-key-file", str(agents / "node-agent-client.key"), *self.extra_args]
+                "--node-agent-client-key-file", str(agents / "node-agent-client.key"),
+                # the lab's local volumes are VOLUME_SIZE each
+                "--snapshot-volume-size", "1Gi", *self.extra_args]
         args = ["--control-plane-runtime", self.runtime, "--runtime-dir", str(self.root / "tenants"),
                 "--runtime-bin-dir", str(BIN), "--encryption-key-file", str(self.root / "encryption.key"),
                 *self.extra_args]

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import socket
-from pathlib import Path
 
 from aiohttp import web
 
@@ -18,7 +17,6 @@ from apiserver.machinery import errors
 from apiserver.registry.store import Registry
 from apiserver.storage.cacher import WatchCache
 from apiserver.storage.secrets import SecretStore
-from reconciler.backup.snapshots import SnapshotStore
 from reconciler.controlplane.controller import Backoff, ControlPlaneController, Requeue
 from reconciler.loop.informer import Informer, split_key
 from reconciler.loop.leader import LeaderElector
@@ -43,7 +41,7 @@ class Manager:
     def __init__(self, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
                  events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
                  identity: str, lease_duration: int, workers: int = 4, resync_period: float = 60.0,
-                 joiner: NodeJoiner | None = None, snapshots: SnapshotStore | None = None) -> None:
+                 joiner: NodeJoiner | None = None) -> None:
         self.registry = registry
         self.cache = cache
         self.workers = workers
@@ -55,7 +53,7 @@ class Manager:
         if host is not None and joiner is not None:
             self.nodes = NodePromoter(host, joiner, events)
         self.slices = SharedSlices(host, events) if host is not None else None
-        self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes, snapshots,
+        self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes,
                                                  self.slices)
         self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
@@ -160,12 +158,11 @@ class Manager:
 def attach(app: web.Application, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
            events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
            lease_duration: int = 15, identity: str = "", workers: int = 4,
-           joiner: NodeJoiner | None = None, snapshot_dir: Path | None = None) -> Manager:
+           joiner: NodeJoiner | None = None) -> Manager:
     """A manager that starts with the application and stops first when it shuts down."""
     manager = Manager(registry=registry, cache=cache, etcd=etcd, host=host, events=events, secrets=secrets,
                       runtime=runtime, identity=identity or f"{socket.gethostname()}:{os.getpid()}",
-                      lease_duration=lease_duration, workers=workers, joiner=joiner,
-                      snapshots=SnapshotStore(snapshot_dir) if snapshot_dir is not None else None)
+                      lease_duration=lease_duration, workers=workers, joiner=joiner)
 
     async def on_startup(_: web.Application) -> None:
         await manager.start()

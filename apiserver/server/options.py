@@ -7,6 +7,8 @@ import argparse
 import ssl
 from pathlib import Path
 
+from apiserver import __version__
+
 __all__ = ["csv_list", "parse_args", "read_file", "serving_context"]
 
 
@@ -53,6 +55,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--snapshot-dir", default="",
                    help="process runtime: where snapshots of tenant etcds (spec.backup) are kept; default: a "
                         "directory snapshots beside --runtime-dir")
+    p.add_argument("--snapshot-volume-size", default="10Gi",
+                   help="pods runtime: the size of the PersistentVolumeClaim virtualcluster-snapshots that each "
+                        "namespace with VirtualClusters gets for their snapshots (spec.backup, restoreFrom)")
+    p.add_argument("--snapshot-storage-class", default="",
+                   help="pods runtime: that claim's StorageClass; default: the host's default class")
+    p.add_argument("--backup-image", default=f"vc-apiserver:{__version__}",
+                   help="pods runtime: the image of the pods that take and restore snapshots beside a tenant's "
+                        "etcd (vc-apiserver's own, which carries etcdutl)")
     p.add_argument("--runtime-bin-dir", default=".local/bin",
                    help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler are")
     p.add_argument("--tenant-port-range", default="20000-29999",

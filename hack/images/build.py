@@ -393,15 +393,19 @@ def vc_apiserver_layers(ctx: Context, work: Path) -> Layers:
     app_tree.symlink("usr/local/bin/python", f"/usr/bin/{PYTHON}")  # the manifests run `python -m ...`
     app_tree.symlink("usr/local/bin/python3", f"/usr/bin/{PYTHON}")
     base_tree = base_files(oci.Tree().add_tree(base))
+    # etcd's restore tool, for the pods that restore a tenant's snapshot (python -m reconciler.backup)
+    etcdutl = oci.Tree().file("usr/local/bin/etcdutl", source=binary("etcdutl"), mode=0o755)
     return [(f"debian: {packages}", base_tree),
             (f"pip install --target /{SITE} -r hack/images/requirements.txt", oci.Tree().add_tree(deps)),
+            ("COPY etcdutl /usr/local/bin/", etcdutl),
             (f"vc-apiserver {VC_VERSION}: {len(project_files())} files", app_tree)]
 
 
 def vc_apiserver() -> Recipe:
     def inputs(ctx: Context) -> Any:
         return {"debian": debian.key(ctx.packages(PYTHON_PACKAGES, tuple(sorted(ONLY)))),
-                "requirements": requirements(), "project": project_digest()}
+                "requirements": requirements(), "project": project_digest(),
+                "bins": static_binary_inputs("etcdutl")(ctx)}
     # The Deployment runs `vc-apiserver` as 65532 (its own securityContext); the node agent's
     # installer and static pod run `python -m ...` as root: the image's default user.
     return Recipe("vc-apiserver", f"vc-apiserver:{VC_VERSION}", inputs, vc_apiserver_layers,

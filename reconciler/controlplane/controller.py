@@ -29,7 +29,7 @@ from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
 from reconciler.backup import schedule
-from reconciler.backup.snapshots import SnapshotStore, retained, snapshot_name
+from reconciler.backup.snapshots import retained, snapshot_name
 from reconciler.controlplane import addons, status
 from reconciler.controlplane.status import (
     Backups,
@@ -43,7 +43,7 @@ from reconciler.controlplane.status import (
 from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.nodes.selection import requests_nodes
-from reconciler.runtime.base import RESTORE_FAILED, ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
+from reconciler.runtime.base import ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
 from reconciler.runtime.process import SERVICE_CIDR
 from reconciler.shared.slices import SharedSlices
 from reconciler.shared.syncer import SliceReport
@@ -79,10 +79,9 @@ def service_ip(cidr: str = SERVICE_CIDR) -> str:
 class ControlPlaneController:
     def __init__(self, registry: Registry, runtime: ControlPlaneRuntime | None, secrets: SecretStore | None,
                  events: EventRecorder, nodes: NodePromoter | None = None,
-                 snapshots: SnapshotStore | None = None, slices: SharedSlices | None = None) -> None:
+                 slices: SharedSlices | None = None) -> None:
         self.registry = registry
         self.slices = slices
-        self.snapshots = snapshots
         self.nodes = nodes
         self.runtime = runtime
         self.secrets = secrets
@@ -132,45 +131,40 @@ class ControlPlaneController:
             await self._hibernate(obj, runtime, why)
             return
         seen = await self._observe(obj, runtime, secrets)
-        if seen.state is not None and seen.state.ready and self.snapshots is not None:
-            seen = replace(seen, backups=await self._backup(obj, runtime, self.snapshots))
+        if seen.state is not None and seen.state.ready:
+            seen = replace(seen, backups=await self._backup(obj, runtime))
         await self._finish(obj, status.built(obj, seen, runtime.name, now_rfc3339()))
 
     # -- backups ---------------------------------------------------------------------
 
-    async def _backup(self, obj: Obj, runtime: ControlPlaneRuntime, store: SnapshotStore) -> Backups | None:
+    async def _backup(self, obj: Obj, runtime: ControlPlaneRuntime) -> Backups | None:
         """Take the snapshot that is due (spec.backup's schedule, or the annotation asking for one), verify
         it, keep the newest spec.backup.keep; the snapshots kept, and when to look again. A snapshot that
         fails is an Event, and is tried again shortly."""
-        meta = obj["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        await asyncio.to_thread(store.sweep, namespace, name)
         spec = schedule.spec_of(obj)
         if spec is None:
             return None
         now = dt.datetime.now(dt.UTC)
-        kept = await asyncio.to_thread(store.list, namespace, name)
-        last = dt.datetime.fromisoformat(kept[-1].time) if kept else None
-        due, next_at = schedule.due(obj, now, last)
-        if not due and retained(kept, spec.keep) != kept:  # one recorded, not yet pruned (or keep lowered)
-            kept = await asyncio.to_thread(store.prune, namespace, name, spec.keep)
-        if not due:
-            return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
-        snapshot = snapshot_name(name, now)
-        await asyncio.to_thread(store.prepare, namespace, name)
         try:
-            revision = await runtime.snapshot(obj, store.path(namespace, name, snapshot))
-            taken = await asyncio.to_thread(store.record, namespace, name, snapshot, now, revision)
+            kept = await runtime.snapshots(obj)
+            last = dt.datetime.fromisoformat(kept[-1].time) if kept else None
+            due, next_at = schedule.due(obj, now, last)
+            if not due and retained(kept, spec.keep) != kept:  # one recorded, not yet pruned (or keep lowered)
+                kept = await runtime.prune_snapshots(obj, spec.keep)
+            if not due:
+                return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
+            snapshot = snapshot_name(obj["metadata"]["name"], now)
+            taken, kept = await runtime.take_snapshot(obj, snapshot, now, spec.keep)
         except RuntimeFailure as e:
             await self.events.record(obj, "Warning", e.reason, e.message)
-            return Backups([s.status() for s in kept], status.RUNTIME_RETRY)
+            return Backups(list((obj.get("status") or {}).get("backups") or []), status.RUNTIME_RETRY)
         if taken.problem:
             await self.events.record(obj, "Warning", "SnapshotInvalid",
                                      f"snapshot {snapshot} failed verification and was removed: {taken.problem}")
             return Backups([s.status() for s in kept], status.RUNTIME_RETRY)
-        kept = await asyncio.to_thread(store.prune, namespace, name, spec.keep)
         await self.events.record(obj, "Normal", "SnapshotTaken", f"snapshot {snapshot} of the tenant's etcd at "
-                                                                 f"revision {revision}, {taken.size} bytes, verified")
+                                                                 f"revision {taken.revision}, {taken.size} bytes, "
+                                                                 f"verified")
         return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
 
     # -- restore ---------------------------------------------------------------------
@@ -186,10 +180,7 @@ class ControlPlaneController:
         meta = obj["metadata"]
         namespace, origin, snapshot = meta["namespace"], str(source.get("virtualCluster")), str(source.get("snapshot"))
         label = f'snapshot "{snapshot}" of virtualcluster "{origin}"'
-        if self.snapshots is None:
-            raise RuntimeFailure(RESTORE_FAILED, f"cannot restore {label}: this server keeps no snapshots "
-                                                 f"(the {runtime.name} runtime)")
-        if not await runtime.restore(obj, self.snapshots.path(namespace, origin, snapshot), label):
+        if not await runtime.restore(obj, origin, snapshot, label):
             return
         try:
             await self.registry.get(namespace, origin)
@@ -416,8 +407,6 @@ class ControlPlaneController:
             await self.runtime.teardown(meta["namespace"], meta["name"])
         if self.secrets is not None:
             await self.secrets.delete(PKI_KIND, meta["namespace"], meta["name"])
-        if self.snapshots is not None:  # the snapshots stay (they are backups), an unfinished one does not
-            await asyncio.to_thread(self.snapshots.sweep, meta["namespace"], meta["name"])
         remaining = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         await patch_object(self.registry, obj, {"metadata": {"finalizers": remaining or None}})
         log.info("deleted %s/%s: control plane removed, finalizer released", meta["namespace"], meta["name"])

@@ -25,9 +25,10 @@ from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import merge_patch
 from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
+from reconciler.backup.etcd import RESTORE_FAILED
 from reconciler.nodes.promoter import NodeReport
 from reconciler.nodes.selection import requests_nodes
-from reconciler.runtime.base import FIELD_MANAGER, RESTORE_FAILED, ControlPlaneState, RuntimeFailure
+from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, RuntimeFailure
 
 Obj = dict[str, Any]
 

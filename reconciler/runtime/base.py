@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from certs.tenant import TenantPki
+from reconciler.backup.etcd import BackupFailure
+from reconciler.backup.snapshots import Snapshot
 
 Obj = dict[str, Any]
 
@@ -16,7 +17,6 @@ Obj = dict[str, Any]
 # straight to the registry, with no User-Agent for kube's rule to name them by, so the name is the
 # server's own, as a kube controller is named after its binary.
 FIELD_MANAGER = "vc-apiserver"
-RESTORE_FAILED = "RestoreFailed"  # the reason of a VirtualCluster whose spec.restoreFrom cannot be restored
 
 
 def kubelet_client_flags(pki_dir: str) -> list[str]:
@@ -51,6 +51,10 @@ class RuntimeFailure(Exception):
         self.reason = reason
         self.message = message
 
+    @classmethod
+    def of(cls, e: BackupFailure) -> RuntimeFailure:
+        return cls(e.reason, e.message)
+
 
 class ControlPlaneRuntime(Protocol):
     """One tenant control plane's life: ``ensure`` builds, repairs and wakes it, ``hibernate`` stops
@@ -72,16 +76,26 @@ class ControlPlaneRuntime(Protocol):
         """Stop every component of the control plane, keeping its data and whatever ``ensure`` needs to
         start it again as it was (same endpoint, same objects); idempotent. True once nothing of it runs."""
 
-    async def snapshot(self, vc: Obj, into: Path) -> int:
-        """Write a consistent snapshot of the tenant's etcd to ``into`` with etcd's snapshot API (the
-        stream as etcd sends it, its SHA-256 trailer included); returns the revision it holds.
-        Raises RuntimeFailure."""
+    async def snapshots(self, vc: Obj) -> list[Snapshot]:
+        """The tenant's recorded snapshots, oldest first, as last verified (where this runtime keeps
+        them: :mod:`reconciler.backup`). Raises RuntimeFailure."""
 
-    async def restore(self, vc: Obj, snapshot: Path, label: str) -> bool:
-        """Before the control plane first starts, make its etcd data the snapshot in ``snapshot`` (``label``
-        names it in messages) with etcd's own restore, whole or not at all; idempotent: False when its
-        data already exists (restored before, or started). Raises RuntimeFailure (reason
-        :data:`RESTORE_FAILED`) for a snapshot that is missing, fails verification or cannot be restored."""
+    async def take_snapshot(self, vc: Obj, snapshot: str, moment: dt.datetime,
+                            keep: int) -> tuple[Snapshot, list[Snapshot]]:
+        """Take a consistent snapshot of the tenant's etcd with etcd's snapshot API, verify it, record it
+        as ``snapshot`` taken at ``moment`` and keep the newest ``keep``. Returns it (with its problem,
+        and removed, when it failed verification) and the snapshots kept. What a snapshot cut short left
+        is swept first. Raises RuntimeFailure."""
+
+    async def prune_snapshots(self, vc: Obj, keep: int) -> list[Snapshot]:
+        """Keep the newest ``keep`` good snapshots, each verified again; returns those kept."""
+
+    async def restore(self, vc: Obj, origin: str, snapshot: str, label: str) -> bool:
+        """Before the control plane first starts, make its etcd data snapshot ``snapshot`` of
+        VirtualCluster ``origin`` in the same namespace (``label`` names it in messages), with etcd's own
+        restore, whole or not at all; idempotent: False when its data already exists (restored before,
+        or started). Raises RuntimeFailure (reason :data:`reconciler.backup.etcd.RESTORE_FAILED`) for a snapshot that is
+        missing, fails verification or cannot be restored."""
 
     async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
         """When the tenant apiserver last served a request from a user (:mod:`.audit` says who does

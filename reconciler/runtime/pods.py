@@ -41,22 +41,24 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import aiohttp
 from cryptography import x509
 
+from apiserver import __version__
 from apiserver.apis.conditions import find_condition
 from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
 from reconciler import versions
-from reconciler.runtime import audit
+from reconciler.backup.etcd import RESTORE_FAILED, SNAPSHOT_FAILED
+from reconciler.backup.results import decode, parse
+from reconciler.backup.snapshots import Snapshot
+from reconciler.runtime import audit, podbackups
 from reconciler.runtime.base import (
     FIELD_MANAGER,
-    RESTORE_FAILED,
     ControlPlaneState,
     Obj,
     RuntimeFailure,
@@ -159,6 +161,9 @@ class PodsRuntime:
     etcd_replicas: int = 1
     host_port_range: tuple[int, int] = (40000, 49999)
     teardown_timeout: float = 120.0
+    backup_image: str = f"vc-apiserver:{__version__}"  # runs the snapshot and restore pods (it carries etcdutl)
+    snapshot_volume_size: str = "10Gi"
+    snapshot_storage_class: str | None = None
     name: str = "pods"
     WAKE_ESTIMATE: ClassVar[int] = 60  # pods scheduled, etcd then the apiserver started, images already pulled
     _nodes: list[tuple[str, str]] | None = field(default=None, repr=False)  # (node name, InternalIP), by name
@@ -323,13 +328,135 @@ class PodsRuntime:
                                      params={"fieldManager": FIELD_MANAGER})
         return not await self._list("Pod", namespace, selector)
 
-    async def snapshot(self, vc: Obj, into: Path) -> int:
-        raise RuntimeFailure("SnapshotsUnsupported", "the pods runtime does not take etcd snapshots yet (its "
-                                                     "storage is to be a PersistentVolumeClaim in the host namespace)")
+    async def snapshots(self, vc: Obj) -> list[Snapshot]:
+        """As the last snapshot pod reported them (the VirtualCluster's status.backups): the files are on
+        the snapshot volume, which only pods reach."""
+        return [Snapshot(str(b.get("name")), str(b.get("time")), int(b.get("revision") or 0),
+                         int(b.get("sizeBytes") or 0), "" if b.get("verified") else "failed verification")
+                for b in (vc.get("status") or {}).get("backups") or []]
 
-    async def restore(self, vc: Obj, snapshot: Path, label: str) -> bool:
-        raise RuntimeFailure(RESTORE_FAILED, f"cannot restore {label}: the pods runtime does not restore etcd "
-                                             f"snapshots yet")
+    async def take_snapshot(self, vc: Obj, snapshot: str, moment: dt.datetime,
+                            keep: int) -> tuple[Snapshot, list[Snapshot]]:
+        plan = self._plan(vc)
+        endpoint = f"https://{plan.etcd_service_dns}:{ETCD_CLIENT}"
+        args = podbackups.save_args(plan.namespace, plan.name, snapshot,
+                                    moment.astimezone(dt.UTC).isoformat(), keep, endpoint)
+        result = await self._backup_pod(plan, "snapshot", args, [
+            podbackups.etcd_client_volume(plan.object_name("apiserver"))], [
+            {"name": "etcd-client", "mountPath": podbackups.CERTS, "readOnly": True}])
+        return decode([result["taken"]])[0], decode(result["kept"])
+
+    async def prune_snapshots(self, vc: Obj, keep: int) -> list[Snapshot]:
+        plan = self._plan(vc)
+        result = await self._backup_pod(plan, "prune", podbackups.prune_args(plan.namespace, plan.name, keep))
+        return decode(result["kept"])
+
+    async def restore(self, vc: Obj, origin: str, snapshot: str, label: str) -> bool:
+        """Each etcd member's data claim, made before the StatefulSet that adopts it by name, written by a
+        restore pod from the snapshot volume. Nothing once the StatefulSet exists."""
+        plan = self._plan(vc)
+        if await self._get("StatefulSet", plan.namespace, plan.object_name("etcd")) is not None:
+            return False
+        restored = False
+        for i, member in enumerate(self._members(plan)):
+            claim = self._data_claim(plan)
+            claim_name = f"{claim['metadata']['name']}-{member}"
+            if await self._get("PersistentVolumeClaim", plan.namespace, claim_name) is None:
+                await self._call(f"creating PersistentVolumeClaim {plan.namespace}/{claim_name}", "POST",
+                                 paths.path("PersistentVolumeClaim", plan.namespace),
+                                 body={"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                       "metadata": {**claim["metadata"], "name": claim_name,
+                                                    "namespace": plan.namespace},
+                                       "spec": claim["spec"]}, params={"fieldManager": FIELD_MANAGER})
+            args = podbackups.restore_args(plan.namespace, origin, snapshot, label, member,
+                                           f"https://{plan.etcd_member(i)}:{ETCD_PEER}", self._initial_cluster(plan),
+                                           self._cluster_token(plan))
+            result = await self._backup_pod(plan, f"restore-{i}", args, [
+                {"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}], [
+                {"name": "data", "mountPath": podbackups.DATA_MOUNT}], reason=RESTORE_FAILED, read_only=True)
+            restored |= bool(result.get("restored"))
+        if restored:
+            log.info("restored %s into %s/%s", label, plan.namespace, plan.name)
+        return restored
+
+    async def _backup_pod(self, plan: _Plan, verb: str, args: list[str], volumes: list[Obj] | None = None,
+                          mounts: list[Obj] | None = None, reason: str = SNAPSHOT_FAILED,
+                          read_only: bool = False) -> Obj:
+        """Run one ``python -m reconciler.backup`` pod on the snapshot volume to its end and return what
+        it reported. One of a kind per VirtualCluster at a time: one left by a pass cut short is removed
+        first (what it left half-written is swept by the next). Raises RuntimeFailure (``reason``)."""
+        name = plan.object_name("backup") + f"-{verb}"
+        if not await self._snapshot_claim(plan, create=not read_only):
+            raise RuntimeFailure(reason, f"this namespace has no snapshots: its snapshot volume "
+                                         f"{podbackups.SNAPSHOT_CLAIM} does not exist")
+        await self._delete_and_wait("Pod", plan.namespace, name)
+        container = podbackups.container(self.backup_image, args, [
+            {"name": "snapshots", "mountPath": podbackups.SNAPSHOT_ROOT, "readOnly": read_only}, *(mounts or [])])
+        spec = {**self._pod_spec(plan, "backup", container, [podbackups.snapshot_volume(read_only), *(volumes or [])]),
+                "restartPolicy": "Never"}
+        await self._call(f"creating pod {plan.namespace}/{name}", "POST", paths.path("Pod", plan.namespace),
+                         body={"apiVersion": "v1", "kind": "Pod", "metadata": self._meta(plan, "backup", f"-{verb}"),
+                               "spec": spec}, params={"fieldManager": FIELD_MANAGER})
+        try:
+            pod = await self._wait_finished(plan.namespace, name, reason)
+            log_text = await self._call(f"reading the log of pod {plan.namespace}/{name}", "GET",
+                                        paths.path("Pod", plan.namespace, name) + "/log", raw=True)
+        finally:
+            await self._delete("Pod", plan.namespace, name)
+        said = log_text.decode(errors="replace")
+        result = parse(said)
+        if result is None:
+            last = said.strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeFailure(reason, f"pod {plan.namespace}/{name} ended {pod['status'].get('phase')} without a "
+                                         f"result: {last[0][-300:]}")
+        if "reason" in result:
+            raise RuntimeFailure(str(result["reason"]), str(result.get("message")))
+        return result
+
+    async def _wait_finished(self, namespace: str, name: str, reason: str) -> Obj:
+        deadline = time.monotonic() + podbackups.BACKUP_TIMEOUT
+        while True:
+            pod = await self._get("Pod", namespace, name)
+            if pod is None:
+                raise RuntimeFailure(reason, f"pod {namespace}/{name} was deleted before it finished")
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                return pod
+            problem, failing = _pod_problem(pod)
+            if failing or time.monotonic() > deadline:
+                raise RuntimeFailure(reason, f"pod {namespace}/{name} did not finish: {problem}")
+            await asyncio.sleep(podbackups.POLL)
+
+    async def _delete_and_wait(self, kind: str, namespace: str, name: str) -> None:
+        deadline = time.monotonic() + self.teardown_timeout
+        while await self._get(kind, namespace, name) is not None:
+            if time.monotonic() > deadline:
+                raise RuntimeFailure("TeardownIncomplete", f"{kind} {namespace}/{name} is still there after "
+                                                           f"{self.teardown_timeout:.0f}s")
+            await self._delete(kind, namespace, name)
+            await asyncio.sleep(podbackups.POLL)
+
+    async def _snapshot_claim(self, plan: _Plan, create: bool) -> bool:
+        """Whether the namespace's snapshot claim exists, made when ``create``: once per namespace and
+        left alone after (a claim's spec cannot shrink, and it outlives every VirtualCluster whose
+        snapshots it holds)."""
+        if await self._get("PersistentVolumeClaim", plan.namespace, podbackups.SNAPSHOT_CLAIM) is not None:
+            return True
+        if not create:
+            return False
+        claim = podbackups.snapshot_claim(plan.namespace, {MANAGED_BY: FIELD_MANAGER}, self.snapshot_volume_size,
+                                          self.snapshot_storage_class)
+        try:
+            await self.client.request("POST", paths.path("PersistentVolumeClaim", plan.namespace), body=claim,
+                                      params={"fieldManager": FIELD_MANAGER})
+        except HostError as e:
+            if e.code != 409:
+                raise RuntimeFailure(e.reason or "HostRejected", f"creating PersistentVolumeClaim "
+                                                                 f"{plan.namespace}/{podbackups.SNAPSHOT_CLAIM}: "
+                                                                 f"{e.message}") from None
+        except HostUnavailable as e:
+            raise RuntimeFailure("HostUnavailable", f"creating the snapshot claim: {e}") from None
+        return True
 
     async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
         """The last audit event in the logs of the running apiserver pods since ``since``."""
@@ -507,8 +634,27 @@ class PodsRuntime:
         return {"apiVersion": "v1", "kind": "Service", "metadata": self._meta(plan, "apiserver"),
                 "spec": {"type": "NodePort", "selector": plan.labels("apiserver"), "ports": [port]}}
 
+    def _members(self, plan: _Plan) -> list[str]:
+        return [f"{plan.object_name('etcd')}-{i}" for i in range(self.etcd_replicas)]
+
+    def _initial_cluster(self, plan: _Plan) -> str:
+        return ",".join(f"{m}=https://{plan.etcd_member(i)}:{ETCD_PEER}" for i, m in enumerate(self._members(plan)))
+
+    @staticmethod
+    def _cluster_token(plan: _Plan) -> str:
+        return f"{plan.namespace}-{plan.name}"
+
+    @staticmethod
+    def _data_claim(plan: _Plan) -> Obj:
+        """The etcd StatefulSet's claim template (its claims are ``data-<member>``)."""
+        claim: Obj = {"metadata": {"name": "data", "labels": plan.labels("etcd")},
+                      "spec": {"accessModes": ["ReadWriteOnce"],
+                               "resources": {"requests": {"storage": plan.storage_size}}}}
+        if plan.storage_class:
+            claim["spec"]["storageClassName"] = plan.storage_class
+        return claim
+
     async def _etcd(self, plan: _Plan, pki_hash: str) -> Obj:
-        members = [f"{plan.object_name('etcd')}-{i}" for i in range(self.etcd_replicas)]
         pod_dns = f"$(POD_NAME).{plan.etcd_service_dns}"
         p = "/etc/etcd/pki"
         container = {
@@ -519,9 +665,8 @@ class PodsRuntime:
                 f"--advertise-client-urls=https://{pod_dns}:{ETCD_CLIENT}",
                 f"--listen-peer-urls=https://0.0.0.0:{ETCD_PEER}",
                 f"--initial-advertise-peer-urls=https://{pod_dns}:{ETCD_PEER}",
-                "--initial-cluster=" + ",".join(f"{m}=https://{plan.etcd_member(i)}:{ETCD_PEER}"
-                                                for i, m in enumerate(members)),
-                "--initial-cluster-state=new", f"--initial-cluster-token={plan.namespace}-{plan.name}",
+                f"--initial-cluster={self._initial_cluster(plan)}",
+                "--initial-cluster-state=new", f"--initial-cluster-token={self._cluster_token(plan)}",
                 f"--listen-metrics-urls=http://0.0.0.0:{ETCD_PROBE}",
                 f"--cert-file={p}/etcd-server.crt", f"--key-file={p}/etcd-server.key",
                 f"--trusted-ca-file={p}/etcd-ca.crt", "--client-cert-auth",
@@ -537,10 +682,7 @@ class PodsRuntime:
             "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"},
                              {"name": "pki", "mountPath": p, "readOnly": True}],
         }
-        claim = {"metadata": {"name": "data", "labels": plan.labels("etcd")},
-                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": plan.storage_size}}}}
-        if plan.storage_class:
-            claim["spec"]["storageClassName"] = plan.storage_class
+        claim = self._data_claim(plan)
         existing = await self._get("StatefulSet", plan.namespace, plan.object_name("etcd"))
         claims = [claim]
         if existing is not None and existing["spec"].get("volumeClaimTemplates"):

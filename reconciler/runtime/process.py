@@ -32,14 +32,14 @@ from typing import Any, ClassVar
 
 import aiohttp
 
-from apiserver.etcd.client import EtcdClient, EtcdConfig, EtcdError
+from apiserver.etcd.client import EtcdConfig
 from certs import pki as pkilib
 from certs.tenant import TenantPki
-from reconciler.backup.snapshots import verify
+from reconciler.backup import etcd as backup
+from reconciler.backup.snapshots import Snapshot, SnapshotStore
 from reconciler.fileio import write_if_changed
 from reconciler.runtime import audit
 from reconciler.runtime.base import (
-    RESTORE_FAILED,
     ControlPlaneState,
     Obj,
     RuntimeFailure,
@@ -57,8 +57,6 @@ MAX_BACKOFF = 30.0
 STOP_ORDER = (("kwok", "kube-controller-manager", "kube-scheduler"), ("kube-apiserver",), ("etcd",))
 STOP_GRACE = 10.0
 AUDIT_TAIL = 64 * 1024  # bytes read from the end of the audit log to find its last event
-RESTORE_TIMEOUT = 600.0  # seconds etcdutl may take to restore a snapshot
-SNAPSHOT_TIMEOUT = 600.0  # seconds a snapshot of a tenant's etcd may take (its keepalive finds a dead member sooner)
 
 
 def _last_event(path: Path) -> dt.datetime | None:
@@ -99,19 +97,6 @@ def can_bind(host: str) -> bool:
     return True
 
 
-def _etcdutl_said(output: str) -> str:
-    """What etcdutl's output says went wrong: its error or panic line, else its last log line of an error,
-    else its last line (not a goroutine's stack)."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith(("Error:", "panic:")):
-            return line
-    for line in reversed(lines):
-        if "\terror\t" in line or "\tfatal\t" in line:
-            return line
-    return lines[-1] if lines else "no output"
-
-
 @dataclass
 class _Health:
     restarts: int = 0
@@ -126,11 +111,15 @@ class ProcessRuntime:
     root: Path
     bin_dir: Path
     port_range: tuple[int, int] = (20000, 29999)  # below the kernel's ephemeral ports
+    snapshot_dir: Path | None = None  # where tenants' snapshots are kept; default: snapshots beside root
     name: str = "process"
     WAKE_ESTIMATE: ClassVar[int] = 10  # wake -> Ready measured 3.5 s alone on 2 cores (docs/benchmarks.md)
     _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        self.store = SnapshotStore(self.snapshot_dir or self.root.parent / "snapshots")
 
     # -- layout ------------------------------------------------------------------------
 
@@ -321,52 +310,27 @@ class ProcessRuntime:
                 self._state_path(namespace, name).write_text(json.dumps(state))
         return state
 
-    async def restore(self, vc: Obj, snapshot: Path, label: str) -> bool:
-        """``etcdutl snapshot restore`` into a temporary directory beside the data directory, renamed to
-        it once whole: etcd never starts on half a restore, and a restore cut short is started over.
-        The snapshot is verified first (etcd's SHA-256, a bbolt meta page: what etcdutl checks too) so
-        that a damaged one is refused saying what is wrong with it, before anything is made."""
+    async def restore(self, vc: Obj, origin: str, snapshot: str, label: str) -> bool:
+        """etcd's own restore (:func:`reconciler.backup.etcd.restore`) of a snapshot kept here, into the
+        data directory before etcd first starts there."""
         meta = vc["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         base = self.dir(namespace, name)
         state = self._read_state(namespace, name)
         if state is not None and state.get("uid") == meta.get("uid") and (base / "etcd").exists():
             return False
-        etcdutl = self.bin_dir / "etcdutl"
-        if not etcdutl.exists():
-            raise RuntimeFailure(RESTORE_FAILED, f"cannot restore {label}: {etcdutl} is missing (hack/build-bins.sh "
-                                                 f"builds it)")
+        source, etcdutl = self.store.path(namespace, origin, snapshot), self.bin_dir / "etcdutl"
         try:
-            problem = await asyncio.to_thread(verify, snapshot)
-        except FileNotFoundError:
-            raise RuntimeFailure(RESTORE_FAILED, f"{label} does not exist") from None
-        except OSError as e:
-            problem = f"unreadable: {e.strerror}"
-        if problem:
-            raise RuntimeFailure(RESTORE_FAILED, f"{label} failed verification and was not restored: {problem}")
-        state = await self._claim(vc, self.endpoint_host(vc))
-        target, partial = base / "etcd", base / ".etcd.restoring"
-        if target.exists():
-            return False
-        shutil.rmtree(partial, ignore_errors=True)  # a restore cut short (a crash, a restart) starts over
-        peer = f"https://127.0.0.1:{state['ports']['etcd-peer']}"
-        command = [str(etcdutl), "snapshot", "restore", str(snapshot), "--data-dir", str(partial), "--name", "tenant",
-                   "--initial-cluster", f"tenant={peer}", "--initial-advertise-peer-urls", peer]
-        try:
-            done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True,
-                                           timeout=RESTORE_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise RuntimeFailure(RESTORE_FAILED, f"etcdutl did not restore {label} within {RESTORE_TIMEOUT:.0f}s") \
-                from None
-        if done.returncode != 0:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise RuntimeFailure(RESTORE_FAILED, f"etcdutl snapshot restore refused {label}: "
-                                                 f"{_etcdutl_said(done.stderr + done.stdout)[-300:]}")
-        os.chmod(partial, 0o700)
-        os.replace(partial, target)
-        log.info("restored %s into %s/%s", label, namespace, name)
-        return True
+            await asyncio.to_thread(backup.check, etcdutl, source, label)
+            state = await self._claim(vc, self.endpoint_host(vc))  # the ports etcd's membership records
+            peer = f"https://127.0.0.1:{state['ports']['etcd-peer']}"
+            member = backup.Member("tenant", peer, f"tenant={peer}")
+            restored = await asyncio.to_thread(backup.restore, etcdutl, source, base / "etcd", member, label)
+        except backup.BackupFailure as e:
+            raise RuntimeFailure.of(e) from None
+        if restored:
+            log.info("restored %s into %s/%s", label, namespace, name)
+        return restored
 
     async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
         meta = vc["metadata"]
@@ -499,41 +463,32 @@ class ProcessRuntime:
                 log.warning("killing what did not stop within %.0fs of SIGTERM in %s: pids %s", STOP_GRACE, base,
                             sorted(pids))
 
-    async def snapshot(self, vc: Obj, into: Path) -> int:
-        """etcd's snapshot stream, over TLS with the apiserver's etcd client certificate, written to
-        ``into`` as it arrives (through a temporary file, so a broken stream leaves nothing). The
-        revision is etcd's as the snapshot starts: it holds every write up to it."""
+    async def snapshots(self, vc: Obj) -> list[Snapshot]:
+        meta = vc["metadata"]
+        await asyncio.to_thread(self.store.sweep, meta["namespace"], meta["name"])
+        return await asyncio.to_thread(self.store.list, meta["namespace"], meta["name"])
+
+    async def take_snapshot(self, vc: Obj, snapshot: str, moment: dt.datetime,
+                            keep: int) -> tuple[Snapshot, list[Snapshot]]:
+        """etcd's snapshot stream over TLS with the apiserver's etcd client certificate, into the
+        snapshot directory."""
         meta = vc["metadata"]
         base = self.dir(meta["namespace"], meta["name"])
         state = self._read_state(meta["namespace"], meta["name"])
         if state is None or not self.alive(self.pid(base, "etcd"), base):
             raise RuntimeFailure("EtcdNotRunning", "the tenant's etcd is not running: no snapshot can be taken")
         p = base / "pki"
-        client = EtcdClient(EtcdConfig([f"https://127.0.0.1:{state['ports']['etcd-client']}"],
-                                       cafile=str(p / "etcd-ca.crt"), certfile=str(p / "apiserver-etcd-client.crt"),
-                                       keyfile=str(p / "apiserver-etcd-client.key"), request_timeout=10.0))
-        partial = into.with_name(f".{into.name}.part")
-        revision = 0
+        config = EtcdConfig([f"https://127.0.0.1:{state['ports']['etcd-client']}"], cafile=str(p / "etcd-ca.crt"),
+                            certfile=str(p / "apiserver-etcd-client.crt"),
+                            keyfile=str(p / "apiserver-etcd-client.key"), request_timeout=10.0)
         try:
-            async with asyncio.timeout(SNAPSHOT_TIMEOUT):
-                await client.start()
-                revision = await client.current_revision(b"\0")
-                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "wb") as out:
-                    async for part in client.snapshot():
-                        out.write(part.blob)
-                    out.flush()
-                    os.fsync(out.fileno())
-            os.replace(partial, into)
-        except EtcdError as e:
-            raise RuntimeFailure("SnapshotFailed", f"taking a snapshot of the tenant's etcd: {e.message}") from None
-        except TimeoutError:
-            raise RuntimeFailure("SnapshotFailed", f"the tenant's etcd did not finish its snapshot within "
-                                                   f"{SNAPSHOT_TIMEOUT:.0f}s") from None
-        finally:
-            partial.unlink(missing_ok=True)
-            await client.close()
-        return revision
+            return await backup.take(self.store, meta["namespace"], meta["name"], snapshot, moment, keep, config)
+        except backup.BackupFailure as e:
+            raise RuntimeFailure.of(e) from None
+
+    async def prune_snapshots(self, vc: Obj, keep: int) -> list[Snapshot]:
+        meta = vc["metadata"]
+        return await asyncio.to_thread(self.store.prune, meta["namespace"], meta["name"], keep)
 
     async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
         """The last event of the apiserver's audit log (the newest of it and its backup), read from its
@@ -564,6 +519,8 @@ class ProcessRuntime:
             self._health.pop((namespace, name, component), None)
         with contextlib.suppress(OSError):
             base.parent.rmdir()
+        # the snapshots stay (they are backups), what an unfinished one left does not
+        await asyncio.to_thread(self.store.sweep, namespace, name)
 
     def admin_kubeconfig(self, namespace: str, name: str) -> Path:
         return self.dir(namespace, name) / "admin.kubeconfig"

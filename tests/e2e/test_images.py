@@ -73,6 +73,10 @@ def test_vc_apiserver_imports_its_server_and_node_agent_on_a_read_only_root(cont
     assert "reconciler.nodeagent.staticpod" in run(containerd, "vc-apiserver:0.1.0", "python", "-m",
                                                     "reconciler.nodeagent.staticpod", "--help")
     assert "util-linux" in run(containerd, "vc-apiserver:0.1.0", "nsenter", "--version")
+    # the pods runtime's snapshot and restore pods: `python -m reconciler.backup`, with etcd's etcdutl
+    assert "{save,prune,restore}" in run(containerd, "vc-apiserver:0.1.0", "python", "-m", "reconciler.backup", "--help")
+    assert f"etcdutl version: {versions.ETCD_VERSION.removeprefix('v')}" in run(
+        containerd, "vc-apiserver:0.1.0", "etcdutl", "version")
 
 
 def test_the_control_plane_images_run_their_binaries(containerd: Containerd) -> None:

@@ -3,6 +3,7 @@ and how a snapshot file is told good from bad."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import struct
@@ -18,6 +19,7 @@ from reconciler.backup.snapshots import (
     BOLT_MAGIC,
     META,
     PAGE_HEADER,
+    Snapshot,
     SnapshotStore,
     _fnv64a,
     retained,
@@ -183,8 +185,9 @@ def restoring_vc() -> dict[str, Any]:
 
 
 def test_a_snapshot_that_cannot_be_restored_leaves_the_cluster_pending_and_is_tried_again() -> None:
+    from reconciler.backup.etcd import RESTORE_FAILED
     from reconciler.controlplane import status
-    from reconciler.runtime.base import RESTORE_FAILED, RuntimeFailure
+    from reconciler.runtime.base import RuntimeFailure
 
     message = 'snapshot "prod-1" of virtualcluster "prod" does not exist'
     out = status.built(restoring_vc(), status.Observed(failure=RuntimeFailure(RESTORE_FAILED, message)), "process",
@@ -202,22 +205,57 @@ async def test_restoring_without_etcdutl_fails_loudly_and_a_bad_snapshot_makes_n
 
     label = 'snapshot "prod-1" of virtualcluster "prod"'
     runtime = ProcessRuntime(tmp_path / "tenants", tmp_path / "bin")
+    kept = runtime.store.prepare("ns", "prod") / "prod-1.db"
     with pytest.raises(RuntimeFailure) as missing:
-        await runtime.restore(restoring_vc(), tmp_path / "prod-1.db", label)
+        await runtime.restore(restoring_vc(), "prod", "prod-1", label)
     assert missing.value.reason == "RestoreFailed"
-    assert missing.value.message == f"cannot restore {label}: {tmp_path / 'bin' / 'etcdutl'} is missing " \
-                                    f"(hack/build-bins.sh builds it)"
+    assert missing.value.message == f"cannot restore {label}: {tmp_path / 'bin' / 'etcdutl'} is missing"
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "etcdutl").write_text("#!/bin/sh\nexit 0\n")
     with pytest.raises(RuntimeFailure) as absent:
-        await runtime.restore(restoring_vc(), tmp_path / "prod-1.db", label)
+        await runtime.restore(restoring_vc(), "prod", "prod-1", label)
     assert absent.value.message == f"{label} does not exist"
     damaged = bytearray(stream(bolt()))
     damaged[100] ^= 0xFF
-    (tmp_path / "prod-1.db").write_bytes(bytes(damaged))
+    kept.write_bytes(bytes(damaged))
     with pytest.raises(RuntimeFailure) as refused:
-        await runtime.restore(restoring_vc(), tmp_path / "prod-1.db", label)
+        await runtime.restore(restoring_vc(), "prod", "prod-1", label)
     assert refused.value.message == (f"{label} failed verification and was not restored: the SHA-256 of the data "
                                      f"does not match the one etcd appended")
     assert not (tmp_path / "tenants").exists()
 
+
+
+def test_a_snapshot_pods_result_is_read_back_from_its_log_whatever_it_logged_before() -> None:
+    from reconciler.backup import results
+
+    kept = [Snapshot("a-20261125-100000", "2026-11-25T10:00:00Z", 41, 1056), Snapshot("a-1", "t", 2, 3, "damaged")]
+    log = "\n".join(["warning: something on the way", results.line({"taken": dataclasses.asdict(kept[0]),
+                                                                        "kept": results.encode(kept)}), ""])
+    found = results.parse(log)
+    assert found is not None
+    assert results.decode([found["taken"]]) == kept[:1] and results.decode(found["kept"]) == kept
+    assert results.parse("Traceback (most recent call last):\n  ...\nKeyError: 'x'") is None
+    assert results.parse(results.PREFIX + "{cut sh") is None
+
+
+def test_the_restore_pod_reports_a_damaged_snapshot_and_restores_nothing(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from reconciler.backup import results
+    from reconciler.backup.__main__ import main
+
+    damaged = bytearray(stream(bolt()))
+    damaged[100] ^= 0xFF
+    (tmp_path / "s.db").write_bytes(bytes(damaged))
+    (tmp_path / "etcdutl").write_text("#!/bin/sh\nexit 0\n")
+    args = ["restore", "--snapshot", str(tmp_path / "s.db"), "--data-dir", str(tmp_path / "data"),
+            "--label", 'snapshot "s"', "--etcdutl", str(tmp_path / "etcdutl"), "--member", "m-0",
+            "--peer-url", "https://m-0:2380", "--initial-cluster", "m-0=https://m-0:2380", "--token", "t"]
+    assert main(args) == 1
+    assert results.parse(capsys.readouterr().out) == {
+        "reason": "RestoreFailed", "message": 'snapshot "s" failed verification and was not restored: the SHA-256 '
+                                              'of the data does not match the one etcd appended'}
+    assert not (tmp_path / "data").exists()
+    (tmp_path / "data").mkdir()  # started (or restored) before: nothing to do, whatever the snapshot
+    assert main(args) == 0
+    assert results.parse(capsys.readouterr().out) == {"restored": False}

@@ -1,0 +1,232 @@
+"""A tenant's life on real nodes with the ``pods`` runtime: snapshots on a claim in its namespace, restore
+and clone from them, hibernation and waking, and inactivity read from the apiserver pod's audit log.
+
+The lab is the real-node one (``real_stack``): tenant control planes run as host pods on the
+control-plane node, their volumes are local volumes there, and the snapshot and restore pods run
+vc-apiserver's own image, built locally.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hack.harness import wait_until
+from hack.realnodes import RealNodeLab
+from hack.stack import Stack
+from reconciler.runtime.podbackups import SNAPSHOT_CLAIM
+from reconciler.runtime.pods import COMPONENT, OWNER, PodsRuntime
+from tests.conftest import Kubectl, vc
+from tests.support import report
+from tests.support.promotion import tenant, wait_phase
+
+pytestmark = pytest.mark.e2e
+
+GV = "/apis/kosmos.io/v1alpha1"
+
+
+@dataclass
+class Lifecycle:
+    host: Kubectl
+    namespace: str
+    root: Path
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.host.json("get", "vc", name, "-n", self.namespace)
+
+    def tenant(self, name: str) -> Kubectl:
+        return tenant(self.host, self.namespace, name, self.root)
+
+    def wait_ready(self, name: str, timeout: int = 240) -> float:
+        started = time.monotonic()
+        self.host.run("wait", f"vc/{name}", "-n", self.namespace, "--for=condition=Ready", f"--timeout={timeout}s",
+                      timeout=timeout + 30)
+        return time.monotonic() - started
+
+    def request_snapshot(self, name: str) -> None:
+        time.sleep(1.1)  # the request must be later than the last snapshot, both to the second
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.host.run("annotate", "vc", name, "-n", self.namespace, f"kosmos.io/snapshot-requested={now}",
+                      "--overwrite")
+
+    def wait_backups(self, name: str, count: int, timeout: float = 120) -> list[dict[str, Any]]:
+        def enough() -> list[dict[str, Any]] | None:
+            backups = (self.get(name).get("status") or {}).get("backups") or []
+            return backups if len(backups) >= count and all(b["verified"] for b in backups) else None
+        wait_until(lambda: enough() is not None, timeout, f"{count} verified snapshots of {name}", interval=1)
+        return enough() or []
+
+    def pods(self, name: str, component: str | None = None) -> list[dict[str, Any]]:
+        selector = f"{OWNER}={name}" + (f",{COMPONENT}={component}" if component else "")
+        return self.host.json("get", "pods", "-n", self.namespace, "-l", selector)["items"]
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        listed = self.host.json("get", "events", "-n", self.namespace, "--field-selector",
+                                f"involvedObject.name={name},involvedObject.kind=VirtualCluster")["items"]
+        return [(e["reason"], e["message"]) for e in listed]
+
+
+@pytest.fixture(scope="module")
+def life(real_stack: Stack, real_lab: RealNodeLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
+    real_lab.recycle_volumes(real_lab.nodes()[0])  # the local volumes earlier tests released
+    host = Kubectl(real_stack.kubeconfig, host_namespaces=True)
+    ns = host.ensure_namespace("real-life")
+    yield Lifecycle(host, ns, tmp_path_factory.mktemp("life"))
+    host.run("delete", "vc", "--all", "-n", ns, "--timeout=180s", check=False, timeout=200)
+
+
+@pytest.fixture(scope="module")
+def origin(life: Lifecycle) -> str:
+    """A tenant with objects, snapshotted on request: the source of the restores below."""
+    life.host.run("create", "-f", "-", input=json.dumps(vc("origin", life.namespace, {
+        "backup": {"schedule": "@every 24h", "keep": 2}})))
+    took = life.wait_ready("origin")
+    report.say(f"pods runtime on a real node: create -> Ready {took:.1f}s")
+    t = life.tenant("origin")
+    t.run("create", "configmap", "kept", "--from-literal=state=before")
+    return "origin"
+
+
+def test_snapshots_of_a_real_tenant_are_taken_by_pods_onto_its_namespaces_claim_and_only_the_newest_kept(
+        life: Lifecycle, origin: str) -> None:
+    started = time.monotonic()
+    life.request_snapshot(origin)
+    [first] = life.wait_backups(origin, 1)
+    took = time.monotonic() - started
+    assert first["name"].startswith("origin-") and first["revision"] > 0 and first["sizeBytes"] > 0
+    assert first["verified"] is True
+    for _ in range(2):
+        seen = len((life.get(origin).get("status") or {}).get("backups") or [])
+        life.request_snapshot(origin)
+        wait_until(lambda seen=seen: [b["name"] for b in life.get(origin)["status"]["backups"]][-1] != first["name"]
+                   and len(life.get(origin)["status"]["backups"]) >= min(seen + 1, 2), 120, "a newer snapshot",
+                   interval=1)
+    backups = life.wait_backups(origin, 2)
+    assert len(backups) == 2 and first["name"] not in {b["name"] for b in backups}, "keep: 2"
+    claim = life.host.json("get", "pvc", SNAPSHOT_CLAIM, "-n", life.namespace)
+    assert claim["status"]["phase"] == "Bound"
+    assert OWNER not in claim["metadata"].get("labels", {}), "the claim outlives every VirtualCluster"
+    assert life.pods(origin, "backup") == [], "each snapshot pod is removed once it reported"
+    taken = [m for r, m in life.events(origin) if r == "SnapshotTaken"]
+    assert len(taken) == 3 and all(m.endswith("verified") for m in taken)
+    report.say(f"pods runtime on a real node: snapshot on request -> listed verified {took:.1f}s")
+
+
+def local_path(life: Lifecycle, claim: str) -> Path:
+    volume = life.host.json("get", "pvc", claim, "-n", life.namespace)["spec"]["volumeName"]
+    return Path(life.host.json("get", "pv", volume)["spec"]["local"]["path"])
+
+
+def test_a_clone_from_a_snapshot_on_the_claim_has_the_snapshots_objects_and_a_fresh_pki(
+        life: Lifecycle, origin: str) -> None:
+    snapshot = life.wait_backups(origin, 2)[-1]["name"]
+    source = life.tenant(origin)
+    source.run("delete", "configmap", "kept")
+    source.run("create", "configmap", "later", "--from-literal=state=after")
+    started = time.monotonic()
+    life.host.run("create", "-f", "-", input=json.dumps(vc("copy", life.namespace, {
+        "restoreFrom": {"virtualCluster": origin, "snapshot": snapshot}})))
+    life.wait_ready("copy")
+    took = time.monotonic() - started
+    copy = life.tenant("copy")
+    assert copy.json("get", "configmap", "kept")["data"] == {"state": "before"}
+    assert copy.run("get", "configmap", "later", check=False).returncode != 0
+    assert source.run("get", "configmap", "kept", check=False).returncode != 0, "the source is left as it is"
+    restored = [m for r, m in life.events("copy") if r == "Restored"]
+    assert restored and "clone" in restored[0], restored
+    ca = {name: life.host.json("get", "secret", f"{name}-apiserver", "-n", life.namespace)["data"]["ca.crt"]
+          for name in ("origin", "copy")}
+    assert ca["origin"] != ca["copy"], "a fresh PKI"
+    assert life.pods("copy", "backup") == [], "the restore pod is removed once it reported"
+    report.say(f"pods runtime on a real node: clone from a snapshot -> Ready {took:.1f}s")
+
+
+def test_a_damaged_snapshot_is_refused_with_a_clear_condition_and_nothing_starts(
+        life: Lifecycle, origin: str) -> None:
+    snapshot = life.wait_backups(origin, 2)[0]["name"]
+    path = local_path(life, SNAPSHOT_CLAIM) / life.namespace / origin / f"{snapshot}.db"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    life.host.run("create", "-f", "-", input=json.dumps(vc("broken", life.namespace, {
+        "restoreFrom": {"virtualCluster": origin, "snapshot": snapshot}})))
+
+    def refused() -> bool:
+        ready = {c["type"]: c for c in (life.get("broken").get("status") or {}).get("conditions") or []}.get("Ready")
+        return bool(ready) and ready["reason"] == "RestoreFailed"
+    wait_until(refused, 120, "broken Pending with RestoreFailed", interval=1)
+    obj = life.get("broken")
+    assert obj["status"]["phase"] == "Pending"
+    ready = {c["type"]: c for c in obj["status"]["conditions"]}["Ready"]
+    assert ready["message"] == (f'snapshot "{snapshot}" of virtualcluster "{origin}" failed verification and was '
+                                f'not restored: the SHA-256 of the data does not match the one etcd appended')
+    assert life.host.json("get", "statefulsets", "-n", life.namespace, "-l", f"{OWNER}=broken")["items"] == []
+    assert [p for p in life.pods("broken") if p["metadata"]["labels"][COMPONENT] != "backup"] == []
+    claim = local_path(life, "data-broken-etcd-0")
+    assert not (claim / "data").exists(), "nothing half-restored"
+    life.host.run("delete", "vc", "broken", "-n", life.namespace, "--timeout=120s", timeout=150)
+    assert life.host.json("get", "pvc", "-n", life.namespace, "-l", f"{OWNER}=broken")["items"] == []
+
+
+def kubeconfig_status(life: Lifecycle, name: str) -> tuple[int, str]:
+    out = life.host.run("get", "--raw", f"{GV}/namespaces/{life.namespace}/virtualclusters/{name}/kubeconfig",
+                        check=False)
+    return out.returncode, out.stderr
+
+
+def test_a_hibernated_real_tenant_runs_no_pod_and_a_kubeconfig_fetch_wakes_it_within_the_estimate(
+        life: Lifecycle, origin: str) -> None:
+    life.host.run("patch", "vc", origin, "-n", life.namespace, "--type", "merge", "-p",
+                  json.dumps({"spec": {"hibernation": {"hibernated": True}}}))
+    started = time.monotonic()
+    wait_phase(life.host, life.namespace, origin, "Hibernated", timeout=180)
+    asleep = time.monotonic() - started
+    assert life.pods(origin) == []
+    assert life.host.json("get", "pvc", f"data-{origin}-etcd-0", "-n", life.namespace)["status"]["phase"] == "Bound"
+    life.host.run("patch", "vc", origin, "-n", life.namespace, "--type", "merge", "-p",
+                  json.dumps({"spec": {"hibernation": {"hibernated": False}}}))
+    woke = life.wait_ready(origin)
+    assert life.tenant(origin).json("get", "configmap", "later")["data"] == {"state": "after"}
+    assert woke <= PodsRuntime.WAKE_ESTIMATE * 1.5, f"woke in {woke:.1f}s, the 409 says {PodsRuntime.WAKE_ESTIMATE}s"
+    report.say(f"pods runtime on a real node: hibernate -> no pod {asleep:.1f}s; wake -> Ready {woke:.1f}s "
+               f"(409 estimate {PodsRuntime.WAKE_ESTIMATE}s)")
+
+
+IDLE = 30  # seconds of afterInactivity
+
+
+def test_a_real_tenant_idle_by_its_apiservers_audit_log_hibernates_and_a_kubeconfig_fetch_wakes_it(
+        life: Lifecycle) -> None:
+    life.host.run("create", "-f", "-", input=json.dumps(vc("idle", life.namespace, {
+        "hibernation": {"afterInactivity": f"{IDLE}s"}})))
+    life.wait_ready("idle")
+    t = life.tenant("idle")
+    deadline = time.monotonic() + IDLE * 1.5
+    while time.monotonic() < deadline:  # a user at work keeps it awake
+        t.run("get", "configmaps")
+        assert life.get("idle")["status"]["phase"] == "Completed"
+        time.sleep(5)
+    t.run("create", "configmap", "before-sleep", "--from-literal=k=v")
+    last_request = time.monotonic()
+    wait_phase(life.host, life.namespace, "idle", "Hibernated", timeout=IDLE + 120)
+    asleep_after = time.monotonic() - last_request
+    assert asleep_after >= IDLE - 1
+    hibernated = {c["type"]: c for c in life.get("idle")["status"]["conditions"]}["Hibernated"]
+    assert (hibernated["status"], hibernated["reason"]) == ("True", "Inactive")
+    assert life.pods("idle") == []
+    code, said = kubeconfig_status(life, "idle")
+    woke = time.monotonic()
+    assert code != 0 and "is waking up from hibernation" in said
+    assert f"ready in about {PodsRuntime.WAKE_ESTIMATE}s" in said
+    life.wait_ready("idle")
+    woken_in = time.monotonic() - woke
+    assert life.tenant("idle").json("get", "configmap", "before-sleep")["data"] == {"k": "v"}
+    report.say(f"pods runtime on a real node: inactivity read from the audit log: hibernated {asleep_after:.1f}s "
+               f"after the last user request (afterInactivity {IDLE}s); kubeconfig fetch -> Ready {woken_in:.1f}s")
