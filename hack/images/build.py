@@ -408,7 +408,9 @@ def vc_apiserver() -> Recipe:
                 "bins": static_binary_inputs("etcdutl")(ctx)}
     # The Deployment runs `vc-apiserver` as 65532 (its own securityContext); the node agent's
     # installer and static pod run `python -m ...` as root: the image's default user.
-    return Recipe("vc-apiserver", f"vc-apiserver:{VC_VERSION}", inputs, vc_apiserver_layers,
+    # fully qualified as kubelets name it: a pod that says vc-apiserver:VERSION (the default --backup-image)
+    # finds it imported, as one that says busybox:1.36 finds docker.io/library/busybox:1.36
+    return Recipe("vc-apiserver", f"docker.io/library/vc-apiserver:{VC_VERSION}", inputs, vc_apiserver_layers,
                   {"Env": [f"PATH={PATH}", "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "LANG=C.UTF-8"],
                    "Entrypoint": ["vc-apiserver"], "WorkingDir": "/"})
 

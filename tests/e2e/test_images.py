@@ -18,6 +18,8 @@ from hack.images import build as images
 from reconciler import versions
 from tests.support.containerd import Containerd
 
+VC_IMAGE = "docker.io/library/vc-apiserver:0.1.0"  # as kubelets name vc-apiserver:0.1.0
+
 pytestmark = pytest.mark.e2e
 _ids = itertools.count()
 
@@ -52,7 +54,7 @@ def test_every_image_is_imported_under_its_upstream_name(containerd: Containerd,
     assert {"registry.k8s.io/pause:3.10.1", "docker.io/library/busybox:1.36", versions.ETCD_IMAGE,
             f"registry.k8s.io/kube-apiserver:{versions.KUBERNETES_VERSION}",
             f"registry.k8s.io/kube-proxy:{versions.KUBERNETES_VERSION}",
-            f"registry.k8s.io/coredns/coredns:{versions.COREDNS_VERSION}", "vc-apiserver:0.1.0"} <= listed
+            f"registry.k8s.io/coredns/coredns:{versions.COREDNS_VERSION}", VC_IMAGE} <= listed
     for b in built.values():  # the digest containerd keeps is the one the build wrote
         assert b.info["digest"] in containerd.ctr("images", "ls").stdout, b.recipe.ref
 
@@ -63,20 +65,20 @@ def test_busybox_runs_a_shell(containerd: Containerd) -> None:
 
 
 def test_vc_apiserver_imports_its_server_and_node_agent_on_a_read_only_root(containerd: Containerd) -> None:
-    out = run(containerd, "vc-apiserver:0.1.0", "python3", "-c",
+    out = run(containerd, VC_IMAGE, "python3", "-c",
               "import sys, apiserver.__main__, reconciler.nodeagent.__main__, importlib.metadata as m;"
               "print(sys.version_info[:2], m.version('vc-apiserver'), sys.dont_write_bytecode)",
               flags=("--read-only",))
     assert out.strip() == "(3, 11) 0.1.0 True"
     # what the manifests run: the console script (Deployment), `python -m` (the node agent), nsenter
-    assert "usage: vc-apiserver" in run(containerd, "vc-apiserver:0.1.0", "vc-apiserver", "--help")
-    assert "reconciler.nodeagent.staticpod" in run(containerd, "vc-apiserver:0.1.0", "python", "-m",
+    assert "usage: vc-apiserver" in run(containerd, VC_IMAGE, "vc-apiserver", "--help")
+    assert "reconciler.nodeagent.staticpod" in run(containerd, VC_IMAGE, "python", "-m",
                                                     "reconciler.nodeagent.staticpod", "--help")
-    assert "util-linux" in run(containerd, "vc-apiserver:0.1.0", "nsenter", "--version")
+    assert "util-linux" in run(containerd, VC_IMAGE, "nsenter", "--version")
     # the pods runtime's snapshot and restore pods: `python -m reconciler.backup`, with etcd's etcdutl
-    assert "{save,prune,restore}" in run(containerd, "vc-apiserver:0.1.0", "python", "-m", "reconciler.backup", "--help")
+    assert "{save,prune,restore}" in run(containerd, VC_IMAGE, "python", "-m", "reconciler.backup", "--help")
     assert f"etcdutl version: {versions.ETCD_VERSION.removeprefix('v')}" in run(
-        containerd, "vc-apiserver:0.1.0", "etcdutl", "version")
+        containerd, VC_IMAGE, "etcdutl", "version")
 
 
 def test_the_control_plane_images_run_their_binaries(containerd: Containerd) -> None:
