@@ -165,7 +165,9 @@ class PodsRuntime:
     snapshot_volume_size: str = "10Gi"
     snapshot_storage_class: str | None = None
     name: str = "pods"
-    WAKE_ESTIMATE: ClassVar[int] = 60  # pods scheduled, etcd then the apiserver started, images already pulled
+    # wake -> Ready measured 43-44 s on the real-node lab (tests/e2e/test_real_lifecycle.py): pods scheduled,
+    # etcd then the apiserver started and ready, images already there
+    WAKE_ESTIMATE: ClassVar[int] = 45
     _nodes: list[tuple[str, str]] | None = field(default=None, repr=False)  # (node name, InternalIP), by name
     _nodes_at: float = field(default=0.0, repr=False)
     _nodes_task: asyncio.Task[None] | None = field(default=None, repr=False)
