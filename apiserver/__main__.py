@@ -129,12 +129,14 @@ def wake_estimate(runtime: str) -> int:
 
 
 def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> ControlPlaneRuntime | None:
+    from reconciler.runtime.base import TENANT_GOGC
     from reconciler.runtime.process import ProcessRuntime
 
     if args.control_plane_runtime == "none":
         return None
     if not args.encryption_key_file:
         raise SystemExit("--control-plane-runtime needs --encryption-key-file (tenant keys are stored encrypted)")
+    gogc = TENANT_GOGC if args.tenant_gogc is None else args.tenant_gogc
     if args.control_plane_runtime == "pods":
         from reconciler.runtime.pods import PodsRuntime
 
@@ -142,7 +144,7 @@ def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> C
             raise SystemExit("--control-plane-runtime=pods needs a host cluster: --host-kubeconfig, "
                              "--authentication-kubeconfig or in-cluster config")
         return PodsRuntime(host, backup_image=args.backup_image, snapshot_volume_size=args.snapshot_volume_size,
-                           snapshot_storage_class=args.snapshot_storage_class or None)
+                           snapshot_storage_class=args.snapshot_storage_class or None, gogc=gogc)
     low, _, high = args.tenant_port_range.partition("-")
     ports = (int(low), int(high))
     ephemeral = ephemeral_port_range()
@@ -150,7 +152,8 @@ def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> C
         log.warning("--tenant-port-range %s overlaps the kernel's ephemeral ports %d-%d: an outgoing connection "
                     "can take a tenant component's port before it starts", args.tenant_port_range, *ephemeral)
     snapshots = Path(args.snapshot_dir).resolve() if args.snapshot_dir else None
-    return ProcessRuntime(Path(args.runtime_dir).resolve(), Path(args.runtime_bin_dir).resolve(), ports, snapshots)
+    return ProcessRuntime(Path(args.runtime_dir).resolve(), Path(args.runtime_bin_dir).resolve(), ports, snapshots,
+                          gogc=gogc)
 
 
 def ephemeral_port_range() -> tuple[int, int] | None:

@@ -12,7 +12,8 @@ then 20, 30, ... and N) it records, with every tenant Ready and nothing else hap
   (mean and largest) and for all tenants together;
 - vc-apiserver's own RSS and CPU over the same window.
 
-Nothing here tunes the tenants: it measures them as the reconciler starts them.
+Nothing here tunes the tenants: it measures them as the reconciler starts them, and then (unless
+``--tuned-only``) again with Go's default GC target in place of the one vc-apiserver gives them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from reconciler.runtime.base import TENANT_GOGC
 from reconciler.runtime.process import ProcessRuntime
 
 from .controlplane import Ours, proc_kib, rss_kib, start_standalone
@@ -38,6 +40,7 @@ from .controlplane import Ours, proc_kib, rss_kib, start_standalone
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 BEGIN, END = "<!-- bench:density:begin -->", "<!-- bench:density:end -->"
 TICK = os.sysconf("SC_CLK_TCK")
+GO_DEFAULT_GOGC = 100
 
 
 def checkpoints(n: int) -> list[int]:
@@ -134,9 +137,24 @@ def _zombie(pid: int) -> bool:
 
 
 async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
-    pki_files, etcd, api = start_standalone(workdir)
-    tenants = workdir / "tenants"
+              say: Callable[[str], None] = print, untuned: bool = True) -> dict[str, Any]:
+    """The tenants as vc-apiserver tunes them, then (``untuned``) again with Go's default GC target, in the
+    same run: what the tuning buys, side by side."""
+    passes = [await _pass(workdir, tenants_wanted, idle_s, say, TENANT_GOGC)]
+    if untuned:
+        passes.append(await _pass(workdir, tenants_wanted, idle_s, say, GO_DEFAULT_GOGC))
+    return {
+        "measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "tenants": tenants_wanted, "idle_s": idle_s, "cpus": os.cpu_count(),
+        "create_to_ready_s": passes[0]["create_to_ready_s"], "steps": passes[0]["steps"], "passes": passes,
+    }
+
+
+async def _pass(workdir: Path, tenants_wanted: int, idle_s: float, say: Callable[[str], None],
+                gogc: int) -> dict[str, Any]:
+    say(f"density: tenants with GOGC={gogc}")
+    pki_files, etcd, api = start_standalone(workdir / f"gogc-{gogc}", "--tenant-gogc", str(gogc))
+    tenants = workdir / f"gogc-{gogc}" / "tenants"
     points = checkpoints(tenants_wanted)
     ready_s: list[float] = []
     steps: list[dict[str, Any]] = []
@@ -189,53 +207,65 @@ async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
         etcd.stop()
         await _stop_tenants(tenants)
         shutil.rmtree(tenants, ignore_errors=True)
-    return {
-        "measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "tenants": tenants_wanted, "idle_s": idle_s, "cpus": os.cpu_count(),
-        "create_to_ready_s": ready_s, "steps": steps,
-    }
+    return {"gogc": gogc, "create_to_ready_s": ready_s, "steps": steps}
 
 
 def _component_cells(s: dict[str, Any]) -> list[str]:
     return [f"{s['rss_mib_mean_by_component'][c]:.0f}" for c in COMPONENTS]
 
 
+def _passes(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's passes (a run from before the untuned pass has one, with the GC it had then)."""
+    return r.get("passes") or [{"gogc": GO_DEFAULT_GOGC, "steps": r["steps"]}]
+
+
+def _label(gogc: int) -> str:
+    return f"GOGC={gogc}" + (" (Go's default, untuned)" if gogc == GO_DEFAULT_GOGC else " (vc-apiserver's)")
+
+
 def render(r: dict[str, Any]) -> str:
     head = (f"{'tenants':>7} {'ready p50':>9} {'p99':>6} {'etcd':>6} {'apisrv':>6} {'kcm':>6} {'sched':>6} "
             f"{'MiB/tn':>7} {'max':>6} {'PSS/tn':>7} {'cpu%/tn':>8} {'max':>6} {'vc MiB':>7} {'vc cpu%':>8}")
     lines = [f"tenant density (process runtime, no nodes; idle window {r['idle_s']:.0f} s; RSS in MiB, mean per "
-             f"tenant by component; CPU in % of one core)", "  " + head]
-    for s in r["steps"]:
-        lines.append("  " + " ".join([
-            f"{s['tenants']:>7}", f"{s['create_to_ready_p50_s']:>8.2f}s", f"{s['create_to_ready_p99_s']:>5.2f}s",
-            *(f"{c:>6}" for c in _component_cells(s)),
-            f"{s['rss_mib_per_tenant_mean']:>7.0f}", f"{s['rss_mib_per_tenant_max']:>6.0f}",
-            f"{s.get('pss_mib_per_tenant_mean', float('nan')):>7.0f}", f"{s['idle_cpu_pct_per_tenant_mean']:>8.2f}", f"{s['idle_cpu_pct_per_tenant_max']:>6.2f}",
-            f"{s['vc_apiserver_rss_mib']:>7.0f}", f"{s['vc_apiserver_idle_cpu_pct']:>8.2f}"]))
+             f"tenant by component; CPU in % of one core)"]
+    for one in _passes(r):
+        lines += [f"  tenant components with {_label(one['gogc'])}", "  " + head]
+        lines += ["  " + _text_row(s) for s in one["steps"]]
     return "\n".join(lines)
 
 
+def _text_row(s: dict[str, Any]) -> str:
+    return " ".join([
+        f"{s['tenants']:>7}", f"{s['create_to_ready_p50_s']:>8.2f}s", f"{s['create_to_ready_p99_s']:>5.2f}s",
+        *(f"{c:>6}" for c in _component_cells(s)),
+        f"{s['rss_mib_per_tenant_mean']:>7.0f}", f"{s['rss_mib_per_tenant_max']:>6.0f}",
+        f"{s.get('pss_mib_per_tenant_mean', float('nan')):>7.0f}", f"{s['idle_cpu_pct_per_tenant_mean']:>8.2f}",
+        f"{s['idle_cpu_pct_per_tenant_max']:>6.2f}", f"{s['vc_apiserver_rss_mib']:>7.0f}",
+        f"{s['vc_apiserver_idle_cpu_pct']:>8.2f}"])
+
+
 def render_markdown(r: dict[str, Any]) -> str:
-    rows = []
-    for s in r["steps"]:
-        rows.append("| " + " | ".join([
-            str(s["tenants"]), f"{s['create_to_ready_p50_s']:.2f} / {s['create_to_ready_p99_s']:.2f}",
-            *_component_cells(s), f"{s['rss_mib_per_tenant_mean']:.0f} (max {s['rss_mib_per_tenant_max']:.0f})",
-            f"{s['idle_cpu_pct_per_tenant_mean']:.2f} (max {s['idle_cpu_pct_per_tenant_max']:.2f})",
-            f"{s['rss_mib_all_tenants']:.0f}"
-            + (f" (PSS {s['pss_mib_all_tenants']:.0f})" if "pss_mib_all_tenants" in s else ""),
-            f"{s['vc_apiserver_rss_mib']:.0f} MiB, {s['vc_apiserver_idle_cpu_pct']:.2f} %"]) + " |")
+    rows = ["| " + " | ".join([
+        f"GOGC={one['gogc']}", str(s["tenants"]), f"{s['create_to_ready_p50_s']:.2f} / {s['create_to_ready_p99_s']:.2f}",
+        *_component_cells(s), f"{s['rss_mib_per_tenant_mean']:.0f} (max {s['rss_mib_per_tenant_max']:.0f})",
+        f"{s['idle_cpu_pct_per_tenant_mean']:.2f} (max {s['idle_cpu_pct_per_tenant_max']:.2f})",
+        f"{s['rss_mib_all_tenants']:.0f}" + (f" (PSS {s['pss_mib_all_tenants']:.0f})" if "pss_mib_all_tenants" in s else ""),
+        f"{s['vc_apiserver_rss_mib']:.0f} MiB, {s['vc_apiserver_idle_cpu_pct']:.2f} %"]) + " |"
+        for one in _passes(r) for s in one["steps"]]
     return "\n".join([
         BEGIN,
         f"Measured {r['measured']}: up to {r['tenants']} tenants (process runtime, no nodes), created one after "
         f"another, each Ready before the next; idle window {r['idle_s']:.0f} s on {r['cpus']} CPUs. RSS is VmRSS "
         "in MiB, the mean per tenant by component; idle CPU is utime + stime over the window, in % of one core "
         "(goal: ≤ 200 MiB and ≤ 1 % per tenant). RSS counts the binaries' shared pages in every tenant; PSS (in "
-        "the all-tenants column) splits them among the processes mapping them.",
+        "the all-tenants column) splits them among the processes mapping them. Each count is measured twice in the "
+        f"same run: with vc-apiserver's GC target for the tenant components (GOGC={TENANT_GOGC}), then with Go's "
+        f"default ({GO_DEFAULT_GOGC}).",
         "",
-        "| tenants | create → Ready p50 / p99 (s) | etcd | kube-apiserver | kube-controller-manager | kube-scheduler "
-        "| RSS per tenant (MiB) | idle CPU per tenant (%) | all tenants' RSS (MiB) | vc-apiserver RSS, idle CPU |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tenant GC | tenants | create → Ready p50 / p99 (s) | etcd | kube-apiserver | kube-controller-manager "
+        "| kube-scheduler | RSS per tenant (MiB) | idle CPU per tenant (%) | all tenants' RSS (MiB) "
+        "| vc-apiserver RSS, idle CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         END,
     ])
@@ -252,9 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     def flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--tenants", type=int, default=30, help="tenants to create, one after another")
         p.add_argument("--idle", type=float, default=60.0, help="idle window in seconds at each reported count")
+        p.add_argument("--tuned-only", action="store_true",
+                       help="skip the second pass with Go's default GC target for the tenant components")
 
     return report.family_main("density", __doc__, argv, flags,
-                              lambda workdir, args: run(workdir, args.tenants, args.idle, say=log),
+                              lambda workdir, args: run(workdir, args.tenants, args.idle, say=log,
+                                                                    untuned=not args.tuned_only),
                               render, render_markdown, BEGIN, END, json_flag=True)
 
 

@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backup-image", default=f"vc-apiserver:{__version__}",
                    help="pods runtime: the image of the pods that take and restore snapshots beside a tenant's "
                         "etcd (vc-apiserver's own, which carries etcdutl)")
+    p.add_argument("--tenant-gogc", type=int, default=None,
+                   help="GOGC of the tenant components: how far a heap grows past what is live before Go collects "
+                        "(lower: less memory per tenant, more CPU under load; Go's default is 100); default: 50")
     p.add_argument("--runtime-bin-dir", default=".local/bin",
                    help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler are")
     p.add_argument("--tenant-port-range", default="20000-29999",

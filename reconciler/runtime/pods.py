@@ -59,6 +59,7 @@ from reconciler.backup.snapshots import Snapshot
 from reconciler.runtime import audit, podbackups
 from reconciler.runtime.base import (
     FIELD_MANAGER,
+    TENANT_GOGC,
     ControlPlaneState,
     Obj,
     RuntimeFailure,
@@ -164,6 +165,7 @@ class PodsRuntime:
     backup_image: str = f"vc-apiserver:{__version__}"  # runs the snapshot and restore pods (it carries etcdutl)
     snapshot_volume_size: str = "10Gi"
     snapshot_storage_class: str | None = None
+    gogc: int = TENANT_GOGC
     name: str = "pods"
     # wake -> Ready measured 43-44 s on the real-node lab (tests/e2e/test_real_lifecycle.py): pods scheduled,
     # etcd then the apiserver started and ready, images already there
@@ -594,7 +596,10 @@ class PodsRuntime:
                 "labels": plan.labels(component)}
 
     def _pod_spec(self, plan: _Plan, component: str, container: Obj, volumes: list[Obj]) -> Obj:
-        """Common to every component: control-plane nodes only, no host API token, spread when replicated."""
+        """Common to every component: control-plane nodes only, no host API token, spread when replicated;
+        the components' Go GC target."""
+        if component in COMPONENTS:
+            container = {**container, "env": [*container.get("env", []), {"name": "GOGC", "value": str(self.gogc)}]}
         return {
             "nodeSelector": {CONTROL_PLANE_ROLE: ""},
             "tolerations": [{"key": CONTROL_PLANE_ROLE, "operator": "Exists", "effect": "NoSchedule"}],

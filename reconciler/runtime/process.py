@@ -40,6 +40,7 @@ from reconciler.backup.snapshots import Snapshot, SnapshotStore
 from reconciler.fileio import write_if_changed
 from reconciler.runtime import audit
 from reconciler.runtime.base import (
+    TENANT_GOGC,
     ControlPlaneState,
     Obj,
     RuntimeFailure,
@@ -112,6 +113,7 @@ class ProcessRuntime:
     bin_dir: Path
     port_range: tuple[int, int] = (20000, 29999)  # below the kernel's ephemeral ports
     snapshot_dir: Path | None = None  # where tenants' snapshots are kept; default: snapshots beside root
+    gogc: int = TENANT_GOGC
     name: str = "process"
     WAKE_ESTIMATE: ClassVar[int] = 10  # wake -> Ready measured 3.5 s alone on 2 cores (docs/benchmarks.md)
     _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
@@ -274,7 +276,7 @@ class ProcessRuntime:
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{component}.log", "ab") as out:
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=base)
+                                    start_new_session=True, cwd=base, env={**os.environ, "GOGC": str(self.gogc)})
         (base / f"{component}.pid").write_text(str(proc.pid))
         self._children[proc.pid] = proc
         return proc.pid

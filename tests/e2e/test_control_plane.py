@@ -89,6 +89,11 @@ def test_minimal_example_becomes_a_control_plane_whose_kubeconfig_works(cp: Cont
     tenant = cp.tenant("default", "dev")
     namespaces = tenant.run("get", "ns", "-o", "name").stdout.split()
     assert {"namespace/default", "namespace/kube-system"} <= set(namespaces)
+    # each component runs with the tenants' Go GC target (less memory per idle tenant)
+    processes = tenant_processes(cp.tenant_dir("default", "dev"))
+    assert sorted(processes.values()) == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    for pid in processes:
+        assert b"GOGC=50" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
 
 
 def test_tenant_controller_manager_and_services_work_and_the_caller_is_a_tenant_admin(cp: ControlPlanes) -> None:

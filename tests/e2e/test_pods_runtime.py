@@ -168,6 +168,9 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
                       "Deployment/alpha-apiserver": "registry.k8s.io/kube-apiserver:v1.35.4",
                       "Deployment/alpha-controller-manager": "registry.k8s.io/kube-controller-manager:v1.35.4",
                       "Deployment/alpha-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4"}
+    gogc = {k: [e for e in pod_spec(v)["containers"][0].get("env", []) if e["name"] == "GOGC"]
+            for k, v in workloads.items()}
+    assert gogc == {k: [{"name": "GOGC", "value": "50"}] for k in workloads}, "the tenant components' GC target"
 
     service = found["Service/alpha-apiserver"]["spec"]
     assert service["type"] == "NodePort"

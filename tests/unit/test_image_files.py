@@ -217,8 +217,12 @@ def test_the_images_carry_the_names_the_manifests_use() -> None:
     for path in (deploy / "cluster" / "apiserver.yaml", deploy / "agent" / "daemonset.yaml"):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc["kind"] in ("Deployment", "DaemonSet"):
-                assert doc["spec"]["template"]["spec"]["containers"][0]["image"] == refs["vc-apiserver"], path
+                # as written in manifests: the short name a kubelet resolves to the imported one
+                assert doc["spec"]["template"]["spec"]["containers"][0]["image"] == oci.docker_tag(
+                    refs["vc-apiserver"]), path
+    assert refs["vc-apiserver"] == f"docker.io/library/{oci.docker_tag(refs['vc-apiserver'])}"
     runtime = pods.PodsRuntime(client=None)  # type: ignore[arg-type]
+    assert runtime.backup_image == oci.docker_tag(refs["vc-apiserver"])
     for component in ("apiserver", "controller-manager", "scheduler"):
         assert runtime._image(component) == refs[f"kube-{component}"]
     assert set(refs) == {"pause", "busybox", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
