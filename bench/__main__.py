@@ -43,7 +43,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="add the target 'ours through a host aggregator' (python -m apiservice install --mode "
                    "local); env BENCH_VIA_AGGREGATOR")
     p.add_argument("--workdir", type=Path, help="keep data and logs here (default: a temporary directory, removed)")
-    p.add_argument("--controlplane-rounds", type=int, default=3, help="create -> Ready rounds (ours and floor)")
+    p.add_argument("--controlplane-rounds", type=int, default=20,
+                   help="create -> Ready rounds one at a time (ours, then the floor)")
+    p.add_argument("--controlplane-concurrent", type=int, default=10,
+                   help="VirtualClusters created at once, then as many floors started at once")
     p.add_argument("--hibernation-rounds", type=int, default=3, help="create, hibernate, wake rounds")
     p.add_argument("--promotion-nodes", type=int, default=int(os.environ.get("BENCH_PROMOTION_NODES", "5000")),
                    help="kwok nodes in the promotion benchmark's host")
@@ -82,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         results, meta = uvloop.run(suite.run(scale, workdir, extra, api_only, args.via_aggregator))
         product: dict[str, dict] = {}
         if only is None or "controlplane" in only:
-            product["controlplane"] = uvloop.run(controlplane.run(workdir / "controlplane",
-                                                                  rounds=args.controlplane_rounds))
+            product["controlplane"] = uvloop.run(controlplane.run(workdir / "controlplane", args.controlplane_rounds,
+                                                                  args.controlplane_concurrent))
         if only is None or "promotion" in only:
             nodes = max(int(args.promotion_nodes * min(args.scale, 1.0)), 50)
             wanted = max(int(args.promotion_wanted * min(args.scale, 1.0)), 5)
@@ -116,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nresults: {args.json}")
     if args.docs if args.docs is not None else args.scale >= 1.0 and only is None:
         report.write_docs(document, blocks=[(family.BEGIN, family.END, family.render_markdown(product[name]))
-                                            for name, family in (("shared", shared), ("density", density))
+                                            for name, family in (("controlplane", controlplane), ("shared", shared),
+                                                                 ("density", density))
                                             if name in product])
         print(f"docs: {report.DOCS_MD}, {report.DOCS_PNG}")
     return 0
