@@ -80,6 +80,8 @@ def life(real_stack: Stack, real_lab: RealNodeLab, tmp_path_factory: pytest.Temp
     ns = host.ensure_namespace("real-life")
     yield Lifecycle(host, ns, tmp_path_factory.mktemp("life"))
     host.run("delete", "vc", "--all", "-n", ns, "--timeout=180s", check=False, timeout=200)
+    host.run("delete", "namespace", ns, "--timeout=120s", check=False, timeout=150)  # the snapshot claim too
+    real_lab.recycle_volumes(real_lab.nodes()[0])  # the local volumes the tests after these need
 
 
 @pytest.fixture(scope="module")
