@@ -81,6 +81,11 @@ def life(real_stack: Stack, real_lab: RealNodeLab, tmp_path_factory: pytest.Temp
     yield Lifecycle(host, ns, tmp_path_factory.mktemp("life"))
     host.run("delete", "vc", "--all", "-n", ns, "--timeout=180s", check=False, timeout=200)
     host.run("delete", "namespace", ns, "--timeout=120s", check=False, timeout=150)  # the snapshot claim too
+
+    def released() -> bool:
+        return not [pv for pv in host.json("get", "pv")["items"] if pv["status"].get("phase") == "Bound"
+                    and (pv["spec"].get("claimRef") or {}).get("namespace") == ns]
+    wait_until(released, 60, f"the volumes of {ns} released", interval=1)
     real_lab.recycle_volumes(real_lab.nodes()[0])  # the local volumes the tests after these need
 
 
