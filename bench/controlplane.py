@@ -67,6 +67,11 @@ def start_standalone(workdir: Path, *extra: str) -> tuple[Pki, Etcd, ApiServer]:
     return pki_files, etcd, api
 
 
+def admin_session(pki_files: Pki, api: ApiServer) -> aiohttp.ClientSession:
+    """The bench's own admin, straight at a standalone vc-apiserver (client certificate, no host)."""
+    return aiohttp.ClientSession(base_url=api.url, connector=aiohttp.TCPConnector(ssl=pki_files.ssl_context("admin")))
+
+
 def vc(name: str) -> dict[str, Any]:
     return {"apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
             "metadata": {"name": name, "namespace": "bench"}, "spec": {}}
@@ -158,8 +163,7 @@ async def run(workdir: Path, rounds: int = 20, concurrent: int = 10) -> dict[str
     floor_times: list[float] = []
     tenant_rss = 0
     try:
-        async with aiohttp.ClientSession(base_url=api.url, connector=aiohttp.TCPConnector(
-                ssl=pki_files.ssl_context("admin"))) as session:
+        async with admin_session(pki_files, api) as session:
             ours = Ours(api, session)
             for i in range(rounds):
                 ours_times.append(await ours.create_until_ready(f"cp-{i}"))

@@ -30,12 +30,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from reconciler.runtime.base import TENANT_GOGC
 from reconciler.runtime.process import ProcessRuntime
 
-from .controlplane import Ours, proc_kib, rss_kib, start_standalone
+from .controlplane import Ours, admin_session, proc_kib, rss_kib, start_standalone
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 BEGIN, END = "<!-- bench:density:begin -->", "<!-- bench:density:end -->"
@@ -162,8 +160,7 @@ async def _pass(workdir: Path, tenants_wanted: int, idle_s: float, say: Callable
     try:
         api_pid = api.proc.pid
         assert api_pid, "vc-apiserver has a pid"
-        async with aiohttp.ClientSession(base_url=api.url, connector=aiohttp.TCPConnector(
-                ssl=pki_files.ssl_context("admin"))) as session:
+        async with admin_session(pki_files, api) as session:
             ours = Ours(api, session)
             for i in range(tenants_wanted):
                 name = f"density-{i}"

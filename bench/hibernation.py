@@ -24,7 +24,7 @@ import aiohttp
 from apiserver.kubeclient.client import KubeClient, access_from_pem
 from reconciler.runtime.process import ProcessRuntime
 
-from .controlplane import POLL, Ours, rss_kib, start_standalone
+from .controlplane import POLL, Ours, admin_session, rss_kib, start_standalone
 
 BASE = "/apis/kosmos.io/v1alpha1/namespaces/bench/virtualclusters"
 
@@ -71,8 +71,7 @@ async def run(workdir: Path, rounds: int = 3) -> dict[str, Any]:
     tenants = workdir / "tenants"
     create, hibernate, wake, freed, kept = [], [], [], [], []
     try:
-        async with aiohttp.ClientSession(base_url=api.url, connector=aiohttp.TCPConnector(
-                ssl=pki_files.ssl_context("admin"))) as session:
+        async with admin_session(pki_files, api) as session:
             ours = Ours(api, session)
             for i in range(rounds):
                 name = f"hib-{i}"
