@@ -21,7 +21,15 @@ from hack.harness import fake_node
 from hack.stack import Stack
 from reconciler.nodes.selection import CLAIM_LABEL
 from tests.conftest import EXAMPLES, Kubectl, process_stack, vc
-from tests.support.promotion import GV, assert_returned, claims, ready_tenant_nodes, tenant, wait_phase
+from tests.support.promotion import (
+    GV,
+    assert_returned,
+    claims,
+    ready_tenant_nodes,
+    tenant,
+    wait_phase,
+    wait_vc,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -217,7 +225,7 @@ def test_killed_vc_apiserver_leaves_every_node_in_one_tenant_or_back_home(stack:
         time.sleep(0.1)
     stack.api.proc.kill()  # in the middle of releasing
     stack.api.start()
-    host.run("wait", "vc/grow", "-n", ns, "--for=delete", "--timeout=120s", timeout=150)
+    wait_vc(host, ns, "grow", "delete")
     assert not any(claims(host).values())
     assert_returned(host, list(claims(host)))
 

@@ -3,6 +3,7 @@ view of its nodes, and a node's return home."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from reconciler.nodes.selection import CLAIM_LABEL
@@ -24,9 +25,26 @@ def tenant(host: Kubectl, ns: str, name: str, tmp_path: Path) -> Kubectl:
     return Kubectl(path)
 
 
+def wait_vc(host: Kubectl, ns: str, name: str, condition: str, timeout: int = 120) -> None:
+    """``kubectl wait --for=<condition>`` on a VirtualCluster, asked again while the aggregator answers 503.
+
+    After vc-apiserver restarts, the aggregator serves 503 until its next availability check passes;
+    ``kubectl wait`` gives up on the first error, a client with kube's retry semantics asks again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(1, int(deadline - time.monotonic()))
+        proc = host.run("wait", f"vc/{name}", "-n", ns, f"--for={condition}", f"--timeout={left}s",
+                        check=False, timeout=left + 30)
+        if proc.returncode == 0:
+            return
+        if "ServiceUnavailable" not in proc.stderr or time.monotonic() >= deadline:
+            raise AssertionError(f"kubectl wait vc/{name} --for={condition} failed ({proc.returncode}):\n"
+                                 f"{proc.stderr}")
+        time.sleep(1)
+
+
 def wait_phase(host: Kubectl, ns: str, name: str, phase: str, timeout: int = 120) -> None:
-    host.run("wait", f"vc/{name}", "-n", ns, f"--for=jsonpath={{.status.phase}}={phase}", f"--timeout={timeout}s",
-             timeout=timeout + 30)
+    wait_vc(host, ns, name, f"jsonpath={{.status.phase}}={phase}", timeout)
 
 
 def ready_tenant_nodes(t: Kubectl) -> list[str]:
