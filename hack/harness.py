@@ -283,11 +283,14 @@ class ApiServer:
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        assert self.proc is not None
+        """Also for a server an earlier ``make up`` started (known by its pidfile and log only)."""
         try:
             wait_until(self.ready, timeout, "vc-apiserver")
         except TimeoutError as e:
-            raise TimeoutError(f"{e}\n{self.proc.tail()}") from None
+            raise TimeoutError(f"{e}\n{self._known().tail()}") from None
+
+    def _known(self) -> Proc:
+        return self.proc or Proc("vc-apiserver", [], self.log, self.pidfile)
 
     @property
     def serving_ca(self) -> Path:
@@ -297,7 +300,7 @@ class ApiServer:
         return self.pki.ca
 
     def stop(self) -> None:
-        (self.proc or Proc("vc-apiserver", [], self.log, self.pidfile)).stop()
+        self._known().stop()
 
     def kubeconfig(self, path: Path, user: str = "admin") -> Path:
         return write_kubeconfig(path, self.pki.kubeconfig(self.url, user))

@@ -11,6 +11,7 @@ The network, one bridge in the root namespace and static routes (host-gw style):
 
     root ns: bridge vcnodes 10.99.0.1/24 ── veth ── node i: eth0 10.99.0.(10+i), pods 10.200.i.0/24 on cni0
              route 10.200.i.0/24 via 10.99.0.(10+i)           default via 10.99.0.1
+             route 10.96.0.0/16 (Services) via the control-plane node, whose kube-proxy forwards them
 
 Processes enter a node's namespace with ``nsenter --net`` only: the mount namespace stays the
 machine's, so cgroups, overlay mounts and the kubelet's bind mounts are where runc expects them.
@@ -550,8 +551,12 @@ class RealNodeLab:
             say(f"real node       {node.name} Ready at {node.address} in {time.monotonic() - started:.1f}s "
                 f"(kubelet + containerd, pods {node.subnet})")
         self.host_services(nodes)
+        # The host's control plane reaches Services as a kubeadm control-plane machine does through its own
+        # kube-proxy: here, through the control-plane node's (the aggregator dials an in-cluster APIService's
+        # Service). The route goes with the bridge.
+        run("ip", "route", "replace", SERVICE_CIDR, "via", nodes[0].address)
         say(f"host add-ons    kube-proxy and CoreDNS on the real nodes, {VOLUMES_PER_NODE} local volumes "
-            f"({STORAGE_CLASS}, {VOLUME_SIZE}) on {nodes[0].name}")
+            f"({STORAGE_CLASS}, {VOLUME_SIZE}) on {nodes[0].name}; Services {SERVICE_CIDR} via {nodes[0].name}")
         return nodes
 
     def host_services(self, nodes: list[RealNode]) -> None:
@@ -560,7 +565,7 @@ class RealNodeLab:
         local volumes on the control-plane node, as kubeadm clusters without a provisioner do)."""
         affinity = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": REAL_NODE_LABEL, "operator": "In", "values": ["true"]}]}]}}
-        objs = addons.only_on([*addons.kube_proxy(self.host.url_for_nodes), *addons.coredns(SERVICE_CIDR)], affinity)
+        objs = addons.only_on([*addons.kube_proxy(self.host.url_for_nodes, POD_NETWORK), *addons.coredns(SERVICE_CIDR)], affinity)
         objs.append({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
                      "metadata": {"name": STORAGE_CLASS,
                                   "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},

@@ -108,8 +108,10 @@ class Kubectl:
 
 @pytest.fixture(scope="session")
 def host_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A real host whose aggregator serves VirtualClusters from a vc-apiserver (no control-plane runtime)."""
-    stack = Stack(tmp_path_factory.mktemp("host"), StackPorts.free(), runtime="none",
+    """A real host whose aggregator serves VirtualClusters from a vc-apiserver (no control-plane runtime),
+    its processes known by pidfiles as ``make up`` leaves them."""
+    root = tmp_path_factory.mktemp("host")
+    stack = Stack(root, StackPorts.free(), runtime="none", run_dir=root / "run",
                   extra_args=["--leader-elect-lease-duration", "5", "--watch-cache-history", str(HISTORY)])
     try:
         stack.up(nodes=2)

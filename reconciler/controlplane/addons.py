@@ -72,7 +72,12 @@ def _meta(name: str, addon: str, namespace: str | None = NAMESPACE, **labels: st
     return meta
 
 
-def kube_proxy(endpoint: str) -> list[Obj]:
+CONFIG_DIGEST = "kosmos.io/config-digest"
+
+
+def kube_proxy(endpoint: str, cluster_cidr: str | None = None) -> list[Obj]:
+    """kube-proxy on every node, reaching its apiserver at ``endpoint``. With ``cluster_cidr`` (the pods'
+    range), traffic to a Service from outside it is masqueraded, so replies come back the same way."""
     kubeconfig = {
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "default", "cluster": {"server": endpoint, "certificate-authority": f"{SA_DIR}/ca.crt"}}],
@@ -87,6 +92,8 @@ def kube_proxy(endpoint: str) -> list[Obj]:
         "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         "bindAddress": "0.0.0.0", "metricsBindAddress": "127.0.0.1:10249", "healthzBindAddress": "0.0.0.0:10256",
     }
+    if cluster_cidr:
+        config["clusterCIDR"] = cluster_cidr
     labels = {"k8s-app": "kube-proxy"}
     container = {
         "name": "kube-proxy", "image": KUBE_PROXY_IMAGE,
@@ -109,7 +116,9 @@ def kube_proxy(endpoint: str) -> list[Obj]:
         {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _meta("kube-proxy", "kube-proxy", **labels),
          "spec": {"selector": {"matchLabels": labels},
                   "updateStrategy": {"type": "RollingUpdate"},
-                  "template": {"metadata": {"labels": labels}, "spec": {
+                  # kube-proxy reads its configuration once: a changed one rolls the pods
+                  "template": {"metadata": {"labels": labels,
+                                            "annotations": {CONFIG_DIGEST: digest([config])[:16]}}, "spec": {
                       "serviceAccountName": "kube-proxy", "hostNetwork": True,
                       "priorityClassName": "system-node-critical",
                       "nodeSelector": {"kubernetes.io/os": "linux"},

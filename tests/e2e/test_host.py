@@ -76,6 +76,14 @@ def test_apiservice_is_available(host_stack: Stack) -> None:
         c for c in conditions if c["type"] == "Available").items()
 
 
+def test_bringing_up_a_running_stack_again_starts_nothing_and_keeps_it_available(host_stack: Stack) -> None:
+    """What a second ``make up`` does: a new process over the same directory finds everything healthy."""
+    again = Stack(host_stack.root, host_stack.ports, runtime=host_stack.runtime, run_dir=host_stack.run_dir,
+                  extra_args=host_stack.extra_args)
+    assert again.up(nodes=2) == []
+    test_apiservice_is_available(host_stack)
+
+
 def test_namespace_admin_manages_virtual_clusters_in_their_namespace(teams: Kubectl) -> None:
     as_alice = ("--as", "alice", "-n", "team-a")
     teams.run("create", "-f", "-", *as_alice, input=json.dumps(vc("alice-vc", "team-a")))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from apiserver.kubeclient import paths
 from reconciler.controlplane import addons
 
@@ -32,6 +34,22 @@ def test_kube_proxy_reaches_the_tenant_at_the_endpoint_with_its_service_account(
     pod = objs["DaemonSet"]["spec"]["template"]["spec"]
     assert pod["hostNetwork"] and pod["serviceAccountName"] == "kube-proxy"
     assert objs["ClusterRoleBinding"]["roleRef"]["name"] == "system:node-proxier"
+
+
+def test_kube_proxy_masquerades_only_when_told_the_pods_range() -> None:
+    def config(objs: list[dict]) -> dict:
+        return json.loads(next(o for o in objs if o["kind"] == "ConfigMap")["data"]["config.conf"])
+    assert "clusterCIDR" not in config(addons.kube_proxy("https://10.99.0.1:31443"))
+    assert config(addons.kube_proxy("https://10.99.0.1:6443", "10.200.0.0/16"))["clusterCIDR"] == "10.200.0.0/16"
+
+
+def test_kube_proxys_pods_roll_when_its_configuration_changes() -> None:
+    def annotation(objs: list[dict]) -> str:
+        ds = next(o for o in objs if o["kind"] == "DaemonSet")
+        return ds["spec"]["template"]["metadata"]["annotations"][addons.CONFIG_DIGEST]
+    plain = annotation(addons.kube_proxy("https://10.99.0.1:6443"))
+    assert plain == annotation(addons.kube_proxy("https://10.99.0.1:6443"))
+    assert plain != annotation(addons.kube_proxy("https://10.99.0.1:6443", "10.200.0.0/16"))
 
 
 def test_every_add_on_has_a_known_path_and_a_stable_digest() -> None:
