@@ -47,6 +47,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        help="cluster: server and etcd as workloads; local: server on the aggregator's localhost")
         q.add_argument("--port", type=int, help="local mode: the server's port (default: deploy/local's, 38443)")
         q.add_argument("--image", help="cluster mode: vc-apiserver's image")
+        q.add_argument("--overlay", type=Path,
+                       help="a kustomize directory to build instead of deploy/'s own (one that has deploy/<mode> "
+                            "or deploy/cluster-agent among its resources); Secrets, caBundle and image are "
+                            "filled in as usual")
 
     render_p = sub.add_parser("render", parents=[common, joiner], help="print the manifests (YAML stream)")
     rendering(render_p, MODES)
@@ -71,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error("--port applies to --mode local")
         if args.image is not None and args.mode != "cluster":
             p.error("--image applies to --mode cluster")
+        if args.overlay is not None and not (args.overlay / "kustomization.yaml").is_file():
+            p.error(f"--overlay {args.overlay}: no kustomization.yaml there")
     return args
 
 
@@ -93,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
             certs = tls.ensure_certs(args.cert_dir, local=args.mode == "local", node_agent=agent) \
                 if args.cert_dir else None
             sys.stdout.write(to_yaml(render(kubectl, args.mode, certs, port=args.port, image=args.image,
-                                            joiner=args.node_joiner)))
+                                            joiner=args.node_joiner, overlay=args.overlay)))
         elif args.command == "install":
             install(kubectl, args.mode, args.cert_dir, args.port, args.image, args.wait_timeout, say,
-                    joiner=args.node_joiner)
+                    joiner=args.node_joiner, overlay=args.overlay)
         elif args.command == "uninstall":
             modes = MODES if args.mode == "all" else (cast(Mode, args.mode),)
             uninstall(kubectl, modes, args.wait_timeout, say)

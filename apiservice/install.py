@@ -114,12 +114,13 @@ def check_encryption_key(kubectl: Kubectl, objs: Sequence[Manifest]) -> None:
 
 
 def install(kubectl: Kubectl, mode: Mode, cert_dir: Path, port: int | None, image: str | None,
-            wait_timeout: float, say: Say, joiner: Joiner = "kwok") -> None:
+            wait_timeout: float, say: Say, joiner: Joiner = "kwok", overlay: Path | None = None) -> None:
     certs = tls.ensure_certs(cert_dir, local=mode == "local", node_agent=joiner == "agent")
     say(f"certificates in {cert_dir}")
-    objs = render(kubectl, mode, certs, port=port, image=image, joiner=joiner)
+    objs = render(kubectl, mode, certs, port=port, image=image, joiner=joiner, overlay=overlay)
     check_encryption_key(kubectl, objs)
-    say(f"applying {len(objs)} objects ({mode} mode{', node agent' if joiner == 'agent' else ''})")
+    say(f"applying {len(objs)} objects ({mode} mode{', node agent' if joiner == 'agent' else ''}"
+        f"{f', overlay {overlay}' if overlay else ''})")
     apply(kubectl, objs, say)
     wait_available(kubectl, wait_timeout, say, unavailable_hint(mode, apiservice_port(objs), cert_dir))
 

@@ -60,8 +60,10 @@ def directories(mode: Mode, joiner: Joiner = "kwok") -> list[str]:
     return [mode]
 
 
-def kustomize(kubectl: Kubectl, directory: str) -> list[Manifest]:
-    out = kubectl.run("kustomize", str(DEPLOY / directory)).stdout
+def kustomize(kubectl: Kubectl, directory: str | Path) -> list[Manifest]:
+    """One of deploy/'s directories by name, or any kustomize directory by path (an overlay)."""
+    path = directory.resolve() if isinstance(directory, Path) else DEPLOY / directory
+    out = kubectl.run("kustomize", str(path)).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -148,9 +150,12 @@ def install_order(objs: Iterable[Manifest]) -> list[Manifest]:
 
 
 def render(kubectl: Kubectl, mode: Mode, certs: tls.CertDir | None = None, port: int | None = None,
-           image: str | None = None, joiner: Joiner = "kwok") -> list[Manifest]:
-    """The manifests one installation applies. Without ``certs``: no Secrets and no caBundle."""
-    objs = [obj for directory in directories(mode, joiner) for obj in kustomize(kubectl, directory)]
+           image: str | None = None, joiner: Joiner = "kwok", overlay: Path | None = None) -> list[Manifest]:
+    """The manifests one installation applies. Without ``certs``: no Secrets and no caBundle. An
+    ``overlay`` (a platform team's kustomize directory over deploy/'s) is built instead of deploy/'s own;
+    the installer fills in the same things."""
+    built = [overlay] if overlay is not None else directories(mode, joiner)
+    objs = [obj for directory in built for obj in kustomize(kubectl, directory)]
     if mode == "local" and port is not None:
         set_local_port(objs, port)
     if image and mode == "cluster":

@@ -16,9 +16,10 @@ PORTS = StackPorts(host_apiserver=36443, host_etcd=32381, host_etcd_peer=32382, 
 
 
 def stack(real_nodes: int = 0) -> Stack:
-    # With real nodes, tenant control planes run as host pods on the real control-plane node, as in production.
+    # With real nodes, as in production: vc-apiserver installed inside the host from its image, tenant
+    # control planes as host pods on the real control-plane node.
     return Stack(LOCAL, PORTS, runtime="pods" if real_nodes else "process", run_dir=LOCAL / "run",
-                 real_nodes=real_nodes)
+                 real_nodes=real_nodes, vc_mode="cluster" if real_nodes else "local")
 
 
 def up(nodes: int, real_nodes: int) -> None:
@@ -37,6 +38,7 @@ def up(nodes: int, real_nodes: int) -> None:
           " && kubectl --kubeconfig dev.kubeconfig get ns")
     if real_nodes:
         print("  kubectl apply -f examples/real-node.yaml   # the real worker, promoted (README: real nodes)")
+        print("  kubectl -n kosmos-system logs deploy/vc-apiserver   # vc-apiserver runs inside the host")
 
 
 def down() -> None:

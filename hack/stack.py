@@ -10,8 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hack.harness import BIN, ApiServer, Etcd, HostCluster, Pki, binary, create_fake_nodes, free_port
+from apiserver import __version__
+from apiservice import install
+from apiservice.kubectl import Kubectl as InstallKubectl
+from hack.harness import BIN, REPO, ApiServer, Etcd, HostCluster, Pki, binary, create_fake_nodes, free_port
 from hack.realnodes import RealNodeLab
+
+IN_CLUSTER_OVERLAY = REPO / "hack" / "in-cluster"  # deploy/cluster-agent fitted to the real-node lab
+IMAGE = f"vc-apiserver:{__version__}"  # built by hack/images, imported into every real node
 
 
 @dataclass
@@ -38,6 +44,9 @@ class Stack:
     run_dir: Path | None = None
     extra_args: list[str] = field(default_factory=list)
     real_nodes: int = 0  # kubelet + containerd nodes besides the kwok ones (hack/realnodes.py); promoted by agents
+    # "local": vc-apiserver a process on the aggregator's loopback; "cluster" (real nodes only): installed
+    # inside the host from its image by `python -m apiservice install --mode cluster`, with its etcd
+    vc_mode: str = "local"
     host: HostCluster = field(init=False)
     etcd: Etcd = field(init=False)
     api: ApiServer = field(init=False)
@@ -82,8 +91,7 @@ class Stack:
     def up(self, nodes: int = 4, say: Callable[[str], None] = lambda _: None) -> list[str]:
         """Start what is not healthy; returns the names of what was started."""
         from apiserver.storage.secrets import generate_key_file
-        from apiservice import install, tls
-        from apiservice.kubectl import Kubectl as InstallKubectl
+        from apiservice import tls
 
         started = []
         if not self.host.healthy():
@@ -112,6 +120,34 @@ class Stack:
             tls.ensure_node_agent(tls.CertDir(self.agent_certs))
             for node in self.lab().up(say=say):
                 node.start_agent(self.agent_certs)
+        if self.vc_mode == "cluster":
+            self.serve_in_cluster(say)
+            return started
+        return started + self.serve_locally(say)
+
+    def _kubectl(self) -> InstallKubectl:
+        return InstallKubectl(str(binary("kubectl")), self.kubeconfig)
+
+    def serve_in_cluster(self, say: Callable[[str], None] = lambda _: None, timeout: float = 180.0) -> None:
+        """vc-apiserver as a Deployment of its image with its etcd StatefulSet, on the control-plane node; the
+        local server stops first (one reconciler acts on the host at a time). Needs real nodes."""
+        assert self.real_nodes, "in-cluster vc-apiserver needs real nodes"
+        kubectl = self._kubectl()
+        self.api.stop()
+        install.install(kubectl, "cluster", self.agent_certs, None, IMAGE, timeout,
+                        lambda line: say(f"  apiservice: {line}"), joiner="agent", overlay=IN_CLUSTER_OVERLAY)
+        say(f"vc-apiserver    installed in the host from {IMAGE} (kosmos-system, pods runtime, node agents), "
+            "registered as APIService v1alpha1.kosmos.io")
+
+    def serve_locally(self, say: Callable[[str], None] = lambda _: None) -> list[str]:
+        """vc-apiserver as a process on the aggregator's loopback; an in-cluster installation goes first
+        (its namespace with it, its etcd volume given back to the lab)."""
+        kubectl = self._kubectl()
+        started = []
+        if self.real_nodes and self.host.kubectl("get", "deployment", "vc-apiserver", "-n", "kosmos-system",
+                                                 check=False).returncode == 0:
+            install.uninstall(kubectl, ("cluster",), 180.0, lambda line: say(f"  apiservice: {line}"))
+            self.lab().recycle_volumes(self.lab().nodes()[0])
         self.host.kubeconfig_for("vc-apiserver")
         restart = not self.api.ready()
         if restart:
@@ -119,8 +155,8 @@ class Stack:
             self.api.stop()
             self.api.start(wait=False)
             started.append("vc-apiserver")
-        install.install(InstallKubectl(str(binary("kubectl")), self.kubeconfig), "local", self.root / "serving",
-                        self.ports.vc_apiserver, None, 90.0, lambda line: say(f"  apiservice: {line}"))
+        install.install(kubectl, "local", self.root / "serving", self.ports.vc_apiserver, None, 90.0,
+                        lambda line: say(f"  apiservice: {line}"))
         self.api.wait_ready(30.0)
         say(f"vc-apiserver    {'started' if restart else 'already ready'} at {self.api.url} "
             f"({self.runtime} runtime), registered as APIService v1alpha1.kosmos.io")
