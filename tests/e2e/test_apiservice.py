@@ -225,6 +225,24 @@ def test_the_view_role_never_reaches_the_kubeconfig_or_snapshots_subresources() 
                            and "virtualclusters/snapshots" not in r["resources"] for r in role["rules"])
 
 
+def test_an_overlay_is_built_instead_of_deploy_and_filled_in_like_it(tmp_path: Path) -> None:
+    overlay = REPO / "hack" / "in-cluster"
+    objs = docs(apiservice("render", "--mode", "cluster", "--node-joiner", "agent", "--overlay", overlay,
+                           "--cert-dir", tmp_path, "--image", "registry.example/vc:1").stdout)
+    assert not of_kind(objs, "DaemonSet")  # the overlay deletes the node agent's
+    [etcd] = of_kind(objs, "StatefulSet")
+    assert etcd["spec"]["replicas"] == 1
+    [deployment] = of_kind(objs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
+    assert pod["containers"][0]["image"] == "registry.example/vc:1" and "--node-joiner=agent" in pod["containers"][0]["args"]
+    assert {s["metadata"]["name"] for s in of_kind(objs, "Secret")} == {
+        *SECRETS, ENCRYPTION_SECRET, *(name for _, name in AGENT_SECRETS)}
+    assert base64.b64decode(of_kind(objs, "APIService")[0]["spec"]["caBundle"]) == (tmp_path / "ca.crt").read_bytes()
+    missing = apiservice("render", "--mode", "cluster", "--overlay", tmp_path, check=False)
+    assert missing.returncode == 2 and f"--overlay {tmp_path}: no kustomization.yaml there" in missing.stderr
+
+
 def test_flags_for_the_other_mode_are_refused() -> None:
     assert "--port applies to --mode local" in apiservice("render", "--mode", "cluster", "--port", "1",
                                                           check=False).stderr
