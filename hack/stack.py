@@ -144,8 +144,7 @@ class Stack:
         (its namespace with it, its etcd volume given back to the lab)."""
         kubectl = self._kubectl()
         started = []
-        if self.real_nodes and self.host.kubectl("get", "deployment", "vc-apiserver", "-n", "kosmos-system",
-                                                 check=False).returncode == 0:
+        if self.real_nodes and self.installed_in_cluster():
             install.uninstall(kubectl, ("cluster",), 180.0, lambda line: say(f"  apiservice: {line}"))
             self.lab().recycle_volumes(self.lab().nodes()[0])
         self.host.kubeconfig_for("vc-apiserver")
@@ -162,7 +161,17 @@ class Stack:
             f"({self.runtime} runtime), registered as APIService v1alpha1.kosmos.io")
         return started
 
+    def installed_in_cluster(self) -> bool:
+        return self.host.kubectl("get", "deployment", "vc-apiserver", "-n", install.NAMESPACE,
+                                 check=False).returncode == 0
+
     def down(self) -> None:
+        if (self.root / "nodes").exists() and self.host.healthy() and self.installed_in_cluster():
+            # Its etcd's volume goes with the real nodes' state: its VirtualClusters go first, so their
+            # control planes and nodes are released, then the installation, so nothing of it comes back
+            # broken with the next `make up`.
+            self.host.kubectl("delete", "vc", "--all", "-A", "--wait", "--timeout=180s", check=False)
+            install.uninstall(self._kubectl(), ("cluster",), 180.0, lambda _: None)
         if self.real_nodes or (self.root / "nodes").exists():
             self.lab().down()
         self.api.stop()
