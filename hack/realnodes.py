@@ -57,6 +57,7 @@ from hack.harness import (
 from reconciler import versions
 from reconciler.controlplane import addons
 from reconciler.nodeagent import DEFAULT_PORT as AGENT_PORT
+from reconciler.nodeagent.files import KUBEADM
 
 BRIDGE = "vcnodes"
 GATEWAY = LAB_GATEWAY  # the machine on the lab bridge: where nodes reach the host and tenant apiservers
@@ -164,18 +165,18 @@ class RealNode:
     def cgroup(self) -> str:
         return f"vcnode-{self.name}"
 
-    # the kubeadm-like layout the node agent manages
+    # the kubeadm layout the node agent manages, below the node's directory
     @property
     def kubeconfig(self) -> Path:
-        return self.root / "etc/kubernetes/kubelet.conf"
+        return KUBEADM.under(self.root).kubeconfig
 
     @property
     def ca(self) -> Path:
-        return self.root / "etc/kubernetes/pki/ca.crt"
+        return KUBEADM.under(self.root).ca
 
     @property
     def credential(self) -> Path:
-        return self.root / "var/lib/kubelet/pki/kubelet-client-current.pem"
+        return KUBEADM.under(self.root).credential
 
     @property
     def kubelet_root(self) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 from aiohttp import web
 
 from reconciler.nodeagent import CLIENT_CN, DEFAULT_PORT
-from reconciler.nodeagent.files import KubeletPaths
+from reconciler.nodeagent.files import KUBEADM, KubeletPaths
 from reconciler.nodeagent.server import AgentConfig, NodeAgent, build_app, serving_context
 
 log = logging.getLogger("node-agent")
@@ -37,12 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--state-dir", default="/var/lib/kosmos-node-agent",
                    help="where the join state and the saved kubelet files live; keep it on the host "
                         "(default %(default)s)")
-    p.add_argument("--kubelet-kubeconfig", default="/etc/kubernetes/kubelet.conf",
+    p.add_argument("--kubelet-kubeconfig", default=str(KUBEADM.kubeconfig),
                    help="the kubelet's kubeconfig, its --kubeconfig (default %(default)s)")
-    p.add_argument("--kubelet-ca", default="/etc/kubernetes/pki/ca.crt",
+    p.add_argument("--kubelet-ca", default=str(KUBEADM.ca),
                    help="the CA file the kubelet trusts (its clientCAFile); holds the tenant CA while joined "
                         "(default %(default)s)")
-    p.add_argument("--kubelet-client-cert", default="/var/lib/kubelet/pki/kubelet-client-current.pem",
+    p.add_argument("--kubelet-client-cert", default=str(KUBEADM.credential),
                    help="the kubelet's client certificate and key (one PEM file); holds the tenant credential "
                         "while joined (default %(default)s)")
     p.add_argument("--restart-command", default="systemctl restart kubelet",

@@ -35,6 +35,14 @@ class KubeletPaths:
     def all(self) -> tuple[Path, ...]:
         return self.kubeconfig, self.ca, self.credential
 
+    def under(self, root: Path) -> KubeletPaths:
+        """The same layout below ``root``: one node's directory on a machine that holds several."""
+        return KubeletPaths(*(root / path.relative_to("/") for path in self.all()))
+
+
+KUBEADM = KubeletPaths(Path("/etc/kubernetes/kubelet.conf"), Path("/etc/kubernetes/pki/ca.crt"),
+                       Path("/var/lib/kubelet/pki/kubelet-client-current.pem"))
+
 
 class Backup:
     """The kubelet's own files, saved under ``directory``; ``manifest.json`` is written last, so a

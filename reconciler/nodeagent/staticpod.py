@@ -43,7 +43,7 @@ import yaml
 
 from reconciler.fileio import remove, write_atomic
 from reconciler.nodeagent import CLIENT_CN, DEFAULT_PORT
-from reconciler.nodeagent.files import PRIVATE, PUBLIC, KubeletPaths, stale
+from reconciler.nodeagent.files import KUBEADM, PRIVATE, PUBLIC, KubeletPaths, stale
 from reconciler.nodeagent.state import StateFile
 
 log = logging.getLogger("node-agent-installer")
@@ -58,8 +58,7 @@ STATE_DIR = Path("/var/lib/kosmos-node-agent")
 SECRET_DIR = Path("/run/secrets/kosmos-node-agent-tls")  # where the installer mounts the Secret
 TLS_FILES = {"tls.crt": PUBLIC, "tls.key": PRIVATE, "ca.crt": PUBLIC}  # the Secret's keys, the agent's files
 TLS_HASH = "kosmos.io/tls-sha256"  # a new certificate changes the manifest, so the kubelet restarts the agent
-KUBELET = KubeletPaths(Path("/etc/kubernetes/kubelet.conf"), Path("/etc/kubernetes/pki/ca.crt"),
-                       Path("/var/lib/kubelet/pki/kubelet-client-current.pem"))
+KUBELET = KUBEADM
 RESTART_COMMAND = "nsenter -t 1 -m -u -i -n -p -- systemctl restart kubelet"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "node-agent",
           "app.kubernetes.io/part-of": "kosmos"}

@@ -54,7 +54,7 @@ from hack.harness import (
     write_kubeconfig,
 )
 from reconciler.nodeagent import CLIENT_CN, protocol, staticpod
-from reconciler.nodeagent.files import KubeletPaths
+from reconciler.nodeagent.files import KUBEADM, KubeletPaths
 from reconciler.nodes.agentjoiner import AgentAccess, AgentJoiner, agent_client_context
 from reconciler.runtime.process import ProcessRuntime
 from reconciler.tenantapi import admin_client
@@ -77,16 +77,20 @@ class NodeFiles:
     root: Path
 
     @property
+    def paths(self) -> KubeletPaths:
+        return KUBEADM.under(self.root)
+
+    @property
     def kubeconfig(self) -> Path:
-        return self.root / "etc/kubernetes/kubelet.conf"
+        return self.paths.kubeconfig
 
     @property
     def ca(self) -> Path:
-        return self.root / "etc/kubernetes/pki/ca.crt"
+        return self.paths.ca
 
     @property
     def credential(self) -> Path:
-        return self.root / "var/lib/kubelet/pki/kubelet-client-current.pem"
+        return self.paths.credential
 
     def create(self, host: HostCluster) -> None:
         """The host's files: the kubelet is system:node:NODE of the host, its certificate by a symlink."""
@@ -185,7 +189,7 @@ def static_pod_agent(root: Path, certs: AgentCerts, files: NodeFiles, port: int,
         (mounted / key).write_bytes(base64.b64decode(value))
     (root / "manifests").mkdir()
     spec = staticpod.AgentPod("unused", NODE, port, root / "agent-tls", root / "agent-state",
-                              KubeletPaths(files.kubeconfig, files.ca, files.credential), shlex.join(restart), 40)
+                              files.paths, shlex.join(restart), 40)
     staticpod.install(spec, mounted, root / "manifests")
     pod = yaml.safe_load((root / "manifests" / staticpod.MANIFEST).read_text())
     [container] = pod["spec"]["containers"]

@@ -13,7 +13,7 @@ import yaml
 from certs import pki
 from reconciler.nodeagent import CLIENT_CN, staticpod
 from reconciler.nodeagent.__main__ import parse_args as agent_parse_args
-from reconciler.nodeagent.files import KubeletPaths
+from reconciler.nodeagent.files import KUBEADM, KubeletPaths
 from reconciler.nodeagent.state import Joined, StateFile
 
 
@@ -80,6 +80,15 @@ def test_the_flags_are_the_agents_own() -> None:
         "/etc/kubernetes/kubelet.conf", "/etc/kubernetes/pki/ca.crt", "/var/lib/kubelet/pki/kubelet-client-current.pem")
     assert shlex.split(args.restart_command) == ["nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--",
                                                  "systemctl", "restart", "kubelet"]
+
+
+def test_the_agent_and_its_static_pod_default_to_kubeadms_layout_and_a_node_directory_nests_it() -> None:
+    args = agent_parse_args(["--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--node-name", "n"])
+    assert (args.kubelet_kubeconfig, args.kubelet_ca, args.kubelet_client_cert) == tuple(map(str, KUBEADM.all()))
+    assert staticpod.KUBELET == KUBEADM
+    assert KUBEADM.under(Path("/lab/node-1")).all() == (
+        Path("/lab/node-1/etc/kubernetes/kubelet.conf"), Path("/lab/node-1/etc/kubernetes/pki/ca.crt"),
+        Path("/lab/node-1/var/lib/kubelet/pki/kubelet-client-current.pem"))
 
 
 def test_other_kubelet_layouts_get_their_own_directories() -> None:
