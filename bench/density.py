@@ -34,6 +34,7 @@ from reconciler.runtime.base import TENANT_GOGC
 from reconciler.runtime.process import ProcessRuntime
 
 from .controlplane import Ours, admin_session, proc_kib, rss_kib, start_standalone
+from .stats import percentile
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 BEGIN, END = "<!-- bench:density:begin -->", "<!-- bench:density:end -->"
@@ -67,11 +68,6 @@ def cpu_ticks(pid: int) -> int:
     except OSError:
         return 0
     return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted after the name
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def _tenant_pids(tenants: Path, names: list[str]) -> dict[str, set[int]]:
@@ -178,7 +174,7 @@ async def _pass(workdir: Path, tenants_wanted: int, idle_s: float, say: Callable
                 steps.append({
                     "tenants": len(names),
                     "create_to_ready_p50_s": statistics.median(ready_s),
-                    "create_to_ready_p99_s": percentile(ready_s, 0.99),
+                    "create_to_ready_p99_s": percentile(ready_s, 99),
                     "rss_mib_mean_by_component": {
                         c: statistics.fmean(m.get(c, 0.0) for m in memory.values()) for c in (*COMPONENTS, "other")},
                     "rss_mib_per_tenant_mean": statistics.fmean(totals),
