@@ -254,6 +254,21 @@ class PodsRuntime:
                                 body=obj, content_type="application/apply-patch+yaml",
                                 params={"fieldManager": FIELD_MANAGER, "force": "true", "fieldValidation": "Strict"})
 
+    async def _create_if_missing(self, obj: Obj) -> None:
+        """For objects made once and never changed after (claims: a spec that cannot shrink): one that
+        already exists, ours or a concurrent pass's, is left as it is."""
+        meta = obj["metadata"]
+        what = f"creating {obj['kind']} {meta['namespace']}/{meta['name']}"
+        try:
+            await self.client.request("POST", paths.path(obj["kind"], meta["namespace"]), body=obj,
+                                      params={"fieldManager": FIELD_MANAGER})
+        except HostError as e:
+            if e.code != 409:
+                raise RuntimeFailure(e.reason or "HostRejected", f"{what}: the host answered {e.code}: {e.message}") \
+                    from None
+        except HostUnavailable as e:
+            raise RuntimeFailure("HostUnavailable", f"{what}: {e}") from None
+
     async def _get(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
             return await self.client.get(paths.path(kind, namespace, name))
@@ -365,13 +380,10 @@ class PodsRuntime:
         for i, member in enumerate(self._members(plan)):
             claim = self._data_claim(plan)
             claim_name = f"{claim['metadata']['name']}-{member}"
-            if await self._get("PersistentVolumeClaim", plan.namespace, claim_name) is None:
-                await self._call(f"creating PersistentVolumeClaim {plan.namespace}/{claim_name}", "POST",
-                                 paths.path("PersistentVolumeClaim", plan.namespace),
-                                 body={"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                                       "metadata": {**claim["metadata"], "name": claim_name,
-                                                    "namespace": plan.namespace},
-                                       "spec": claim["spec"]}, params={"fieldManager": FIELD_MANAGER})
+            await self._create_if_missing({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                           "metadata": {**claim["metadata"], "name": claim_name,
+                                                        "namespace": plan.namespace},
+                                           "spec": claim["spec"]})
             args = podbackups.restore_args(plan.namespace, origin, snapshot, label, member,
                                            f"https://{plan.etcd_member(i)}:{ETCD_PEER}", self._initial_cluster(plan),
                                            self._cluster_token(plan))
@@ -448,18 +460,8 @@ class PodsRuntime:
             return True
         if not create:
             return False
-        claim = podbackups.snapshot_claim(plan.namespace, {MANAGED_BY: FIELD_MANAGER}, self.snapshot_volume_size,
-                                          self.snapshot_storage_class)
-        try:
-            await self.client.request("POST", paths.path("PersistentVolumeClaim", plan.namespace), body=claim,
-                                      params={"fieldManager": FIELD_MANAGER})
-        except HostError as e:
-            if e.code != 409:
-                raise RuntimeFailure(e.reason or "HostRejected", f"creating PersistentVolumeClaim "
-                                                                 f"{plan.namespace}/{podbackups.SNAPSHOT_CLAIM}: "
-                                                                 f"{e.message}") from None
-        except HostUnavailable as e:
-            raise RuntimeFailure("HostUnavailable", f"creating the snapshot claim: {e}") from None
+        await self._create_if_missing(podbackups.snapshot_claim(
+            plan.namespace, {MANAGED_BY: FIELD_MANAGER}, self.snapshot_volume_size, self.snapshot_storage_class))
         return True
 
     async def last_request(self, vc: Obj, since: dt.datetime) -> dt.datetime | None:
