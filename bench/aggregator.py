@@ -9,9 +9,10 @@ none and its memory is not reported. Its cost while idle (its watch cache follow
 is charged to ``ours``' rounds, a small handicap stated in ``docs/benchmarks.md``.
 
 Behind the same aggregator, a fourth target measures the floor of that path: ``floorserver``
-(Go, in ``bench/floorserver``) answers every get with one fixed object and does nothing else.
-A get through the aggregator to it costs the host's own work and the least any backend can do;
-what ours adds on top of that is the part ours can still win back.
+(Go, in ``bench/floorserver``) answers every get with one fixed object, and serves the watch
+fan-out by sending each PATCH's object to its watchers, with nothing else in between. A get or
+a watch event through the aggregator to it costs the host's own work and the least any backend
+can do; what ours adds on top of that is the part ours can still win back.
 """
 
 from __future__ import annotations
@@ -145,8 +146,11 @@ def _start_floor(lab: Lab, host: BareHost, via: Target) -> Target:
     port = free_port()
     pki = Pki(lab.root / "pki")
     crt, key = pki.cert("serving")
+    # BENCH_FLOOR_HTTP2=1 lets the aggregator speak HTTP/2 to the floor (ours cannot): the hop's cost
+    # with one multiplexed connection instead of one per request or watch.
+    http2 = ["--http2"] if os.environ.get("BENCH_FLOOR_HTTP2", "") not in ("", "0", "false") else []
     proc = Proc("floorserver", [str(floor_binary()), "--addr", f"127.0.0.1:{port}", "--tls-cert-file", str(crt),
-                                "--tls-private-key-file", str(key), "--body", str(root / "object.json")],
+                                "--tls-private-key-file", str(key), "--body", str(root / "object.json"), *http2],
                 lab.root / "log" / "floorserver.log").start()
     lab.started.append(proc)
     # The same registration as ours in --mode local: an ExternalName Service to localhost. The
@@ -164,7 +168,8 @@ def _start_floor(lab: Lab, host: BareHost, via: Target) -> Target:
     ctx = via.ssl_context()
     wait_until(lambda: http_get(f"{via.url}{api}/namespaces/{namespace_name(0)}/virtualclusters/x", ctx)[0] == 200,
                60, "the floor server through the aggregator")
-    return Target(FLOOR, "a Go server answering every get with one fixed object, through the same aggregator",
+    return Target(FLOOR, "a Go server answering every get with one fixed object and fanning each patch out to its "
+                  "watchers, through the same aggregator",
                   via.url, via.ca, via.cert, via.key, via.kubeconfig,
                   {"server": proc.pid or 0, "aggregator": via.pids["aggregator"]}, store_of="ours", api=api)
 

@@ -47,7 +47,7 @@ class Target:
     kubeconfig: Path
     pids: dict[str, int] = field(default_factory=dict)  # role ("server", "etcd") -> pid whose RSS to read
     store_of: str = ""  # another target whose objects this one serves (a proxy): it creates none
-    api: str = ""  # a floor's own group/version path (it answers gets only); "" = /apis/kosmos.io/v1alpha1
+    api: str = ""  # a floor's own group/version path (gets and the watch fan-out); "" = /apis/kosmos.io/v1alpha1
 
     def ssl_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca))

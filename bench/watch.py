@@ -7,6 +7,11 @@ server cannot slow the writer down and hide its own lag. The watchers are the le
 :mod:`bench.stream` and resume after the server closes them, as informers do (kube-apiserver
 closes watchers that fall behind: the count is reported as ``rewatches``). The client's cost of
 ingesting every copy is in the numbers, equally for every server, and its CPU use is reported.
+
+The floor behind the aggregator (``bench/floorserver``) runs the same rounds: before each of its
+rounds it is given ours' current objects of the namespace, so its events carry the same bodies,
+and it answers each PATCH with the patched object under a fresh resourceVersion, then sends that
+event to its watchers. Its delay is the aggregator hop's own; what ours adds is the rest.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import time
 
 import aiohttp
 
-from .client import MERGE_PATCH, Client, RequestFailed, collection, item, virtualcluster
+from apiserver.apis.resource import VIRTUALCLUSTERS as VC
+
+from .client import GV, MERGE_PATCH, Client, RequestFailed, collection, item, virtualcluster
 from .servers import Target
 from .stream import Informer
 from .workloads import Bench, log
@@ -62,10 +69,23 @@ async def _ensure_objects(client: Client, count: int) -> list[str]:
     return names
 
 
+async def _copy_objects(source: Client, floor: Client, gv: str) -> list[str]:
+    """Ours' objects of the watch namespace, as they are now, stored on the floor as they are."""
+    items = (await source.request("GET", collection(WATCH_NAMESPACE))).json()["items"]
+    for obj in items:
+        obj.setdefault("apiVersion", VC.group_version)
+        obj.setdefault("kind", VC.kind)
+        await floor.request("POST", collection(WATCH_NAMESPACE, gv), body=obj, expect=(201,))
+    return sorted(obj["metadata"]["name"] for obj in items)
+
+
 async def _round(b: Bench, target: Target, names: list[str]) -> tuple[list[float], dict[str, int]]:
     s = b.scale
     client = b.clients[target.name]
-    path = collection(WATCH_NAMESPACE)
+    gv = target.api or GV
+    if target.api:  # a floor: the bodies ours would send now
+        names = await _copy_objects(b.clients[target.store_of], client, gv)
+    path = collection(WATCH_NAMESPACE, gv)
     rv = (await client.request("GET", path)).json()["metadata"]["resourceVersion"]
     arrivals = Arrivals(s.watchers)
     ctx = target.ssl_context()
@@ -91,7 +111,7 @@ async def _round(b: Bench, target: Target, names: list[str]) -> tuple[list[float
         async def write(seq: int) -> None:
             body = {"metadata": {"annotations": {"bench.kosmos.io/seq": f"{token}-{seq}"}}}
             try:
-                resp = await client.request("PATCH", item(WATCH_NAMESPACE, names[seq % len(names)]), body=body,
+                resp = await client.request("PATCH", item(WATCH_NAMESPACE, names[seq % len(names)], gv=gv), body=body,
                                             headers=MERGE_PATCH)
             except (RequestFailed, aiohttp.ClientError) as e:  # an overloaded server answers 503 or 504
                 failed.append(str(e))
@@ -139,8 +159,8 @@ async def fan_out_watch(b: Bench) -> None:
     names: dict[str, list[str]] = {}
     for target in b.targets:
         names[target.name] = await _ensure_objects(b.clients[target.name], s.watch_objects)
-    for r, target in b.rounds(s.rounds):
-        delays, counts = await _round(b, target, names[target.name])
+    for r, target in b.rounds(s.rounds, b.targets + b.floors):
+        delays, counts = await _round(b, target, names.get(target.name, []))
         metric.add(target.name, *delays)
         for note, count in counts.items():
             metric.notes.setdefault(note, {}).setdefault(target.name, 0)

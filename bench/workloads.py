@@ -55,7 +55,7 @@ class Bench:
 
     scale: Scale
     targets: list[Target]
-    floors: list[Target] = field(default_factory=list)  # answer gets only: the least a backend can cost
+    floors: list[Target] = field(default_factory=list)  # gets and watches only: the least a backend can cost
     results: Results = field(default_factory=Results)
     clients: dict[str, Client] = field(default_factory=dict)
 
