@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 import aiohttp
 from cryptography import x509
 
-from apiserver import __version__
+from apiserver import IMAGE
 from apiserver.apis.conditions import find_condition
 from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
@@ -162,7 +162,7 @@ class PodsRuntime:
     etcd_replicas: int = 1
     host_port_range: tuple[int, int] = (40000, 49999)
     teardown_timeout: float = 120.0
-    backup_image: str = f"vc-apiserver:{__version__}"  # runs the snapshot and restore pods (it carries etcdutl)
+    backup_image: str = IMAGE  # runs the snapshot and restore pods (it carries etcdutl)
     snapshot_volume_size: str = "10Gi"
     snapshot_storage_class: str | None = None
     gogc: int = TENANT_GOGC
@@ -237,11 +237,14 @@ class PodsRuntime:
 
     # -- host calls ----------------------------------------------------------------------
 
-    async def _call(self, what: str, method: str, path: str, **kwargs: Any) -> Any:
-        """A host request whose failure is explained to the user as a RuntimeFailure."""
+    async def _call(self, what: str, method: str, path: str, *, tolerate: int | None = None, **kwargs: Any) -> Any:
+        """A host request whose failure is explained to the user as a RuntimeFailure. An answer of
+        ``tolerate`` is None: 404 to a read or delete of what is gone, 409 to a create of what exists."""
         try:
             return await self.client.request(method, path, **kwargs)
         except HostError as e:
+            if e.code == tolerate:
+                return None
             raise RuntimeFailure(e.reason or "HostRejected", f"{what}: the host answered {e.code}: {e.message}") \
                 from None
         except HostUnavailable as e:
@@ -258,42 +261,22 @@ class PodsRuntime:
         """For objects made once and never changed after (claims: a spec that cannot shrink): one that
         already exists, ours or a concurrent pass's, is left as it is."""
         meta = obj["metadata"]
-        what = f"creating {obj['kind']} {meta['namespace']}/{meta['name']}"
-        try:
-            await self.client.request("POST", paths.path(obj["kind"], meta["namespace"]), body=obj,
-                                      params={"fieldManager": FIELD_MANAGER})
-        except HostError as e:
-            if e.code != 409:
-                raise RuntimeFailure(e.reason or "HostRejected", f"{what}: the host answered {e.code}: {e.message}") \
-                    from None
-        except HostUnavailable as e:
-            raise RuntimeFailure("HostUnavailable", f"{what}: {e}") from None
+        await self._call(f"creating {obj['kind']} {meta['namespace']}/{meta['name']}", "POST",
+                         paths.path(obj["kind"], meta["namespace"]), body=obj, params={"fieldManager": FIELD_MANAGER},
+                         tolerate=409)
 
     async def _get(self, kind: str, namespace: str, name: str) -> Obj | None:
-        try:
-            return await self.client.get(paths.path(kind, namespace, name))
-        except HostError as e:
-            if e.code == 404:
-                return None
-            raise RuntimeFailure(e.reason or "HostRejected", f"reading {kind} {namespace}/{name}: {e.message}") \
-                from None
-        except HostUnavailable as e:
-            raise RuntimeFailure("HostUnavailable", f"reading {kind} {namespace}/{name}: {e}") from None
+        return await self._call(f"reading {kind} {namespace}/{name}", "GET", paths.path(kind, namespace, name),
+                                tolerate=404)
 
     async def _list(self, kind: str, namespace: str | None, selector: str) -> list[Obj]:
         found = await self._call(f"listing {kind}", "GET", paths.path(kind, namespace), params={"labelSelector": selector})
         return list(found.get("items") or [])
 
     async def _delete(self, kind: str, namespace: str, name: str) -> None:
-        try:
-            await self.client.delete(paths.path(kind, namespace, name),
-                                     {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
-        except HostError as e:
-            if e.code != 404:
-                raise RuntimeFailure(e.reason or "HostRejected", f"deleting {kind} {namespace}/{name}: {e.message}") \
-                    from None
-        except HostUnavailable as e:
-            raise RuntimeFailure("HostUnavailable", f"deleting {kind} {namespace}/{name}: {e}") from None
+        await self._call(f"deleting {kind} {namespace}/{name}", "DELETE", paths.path(kind, namespace, name),
+                         body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"},
+                         tolerate=404)
 
     # -- the contract --------------------------------------------------------------------
 
