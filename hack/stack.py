@@ -10,14 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apiserver import __version__
+from apiserver import IMAGE
 from apiservice import install
 from apiservice.kubectl import Kubectl as InstallKubectl
+from apiservice.manifests import DEPLOYMENT, NAMESPACE
 from hack.harness import BIN, REPO, ApiServer, Etcd, HostCluster, Pki, binary, create_fake_nodes, free_port
 from hack.realnodes import RealNodeLab
 
 IN_CLUSTER_OVERLAY = REPO / "hack" / "in-cluster"  # deploy/cluster-agent fitted to the real-node lab
-IMAGE = f"vc-apiserver:{__version__}"  # built by hack/images, imported into every real node
 
 
 @dataclass
@@ -162,8 +162,7 @@ class Stack:
         return started
 
     def installed_in_cluster(self) -> bool:
-        return self.host.kubectl("get", "deployment", "vc-apiserver", "-n", install.NAMESPACE,
-                                 check=False).returncode == 0
+        return self.host.kubectl("get", "deployment", DEPLOYMENT, "-n", NAMESPACE, check=False).returncode == 0
 
     def down(self) -> None:
         if (self.root / "nodes").exists() and self.host.healthy() and self.installed_in_cluster():

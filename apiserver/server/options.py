@@ -7,7 +7,7 @@ import argparse
 import ssl
 from pathlib import Path
 
-from apiserver import __version__
+from apiserver import IMAGE
 
 __all__ = ["csv_list", "parse_args", "read_file", "serving_context"]
 
@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "namespace with VirtualClusters gets for their snapshots (spec.backup, restoreFrom)")
     p.add_argument("--snapshot-storage-class", default="",
                    help="pods runtime: that claim's StorageClass; default: the host's default class")
-    p.add_argument("--backup-image", default=f"vc-apiserver:{__version__}",
+    p.add_argument("--backup-image", default=IMAGE,
                    help="pods runtime: the image of the pods that take and restore snapshots beside a tenant's "
                         "etcd (vc-apiserver's own, which carries etcdutl)")
     p.add_argument("--tenant-gogc", type=int, default=None,
