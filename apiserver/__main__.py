@@ -129,14 +129,14 @@ def wake_estimate(runtime: str) -> int:
 
 
 def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> ControlPlaneRuntime | None:
-    from reconciler.runtime.base import TENANT_GOGC
     from reconciler.runtime.process import ProcessRuntime
+    from reconciler.runtime.tuning import PROFILES
 
     if args.control_plane_runtime == "none":
         return None
     if not args.encryption_key_file:
         raise SystemExit("--control-plane-runtime needs --encryption-key-file (tenant keys are stored encrypted)")
-    gogc = TENANT_GOGC if args.tenant_gogc is None else args.tenant_gogc
+    tuning = PROFILES[args.tenant_tuning].with_gogc(args.tenant_gogc)
     if args.control_plane_runtime == "pods":
         from reconciler.runtime.pods import PodsRuntime
 
@@ -144,7 +144,7 @@ def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> C
             raise SystemExit("--control-plane-runtime=pods needs a host cluster: --host-kubeconfig, "
                              "--authentication-kubeconfig or in-cluster config")
         return PodsRuntime(host, backup_image=args.backup_image, snapshot_volume_size=args.snapshot_volume_size,
-                           snapshot_storage_class=args.snapshot_storage_class or None, gogc=gogc)
+                           snapshot_storage_class=args.snapshot_storage_class or None, tuning=tuning)
     low, _, high = args.tenant_port_range.partition("-")
     ports = (int(low), int(high))
     ephemeral = ephemeral_port_range()
@@ -153,7 +153,7 @@ def build_runtime(args: argparse.Namespace, host: KubeClient | None = None) -> C
                     "can take a tenant component's port before it starts", args.tenant_port_range, *ephemeral)
     snapshots = Path(args.snapshot_dir).resolve() if args.snapshot_dir else None
     return ProcessRuntime(Path(args.runtime_dir).resolve(), Path(args.runtime_bin_dir).resolve(), ports, snapshots,
-                          gogc=gogc)
+                          tuning=tuning)
 
 
 def ephemeral_port_range() -> tuple[int, int] | None:

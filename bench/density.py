@@ -12,8 +12,9 @@ then 20, 30, ... and N) it records, with every tenant Ready and nothing else hap
   (mean and largest) and for all tenants together;
 - vc-apiserver's own RSS and CPU over the same window.
 
-Nothing here tunes the tenants: it measures them as the reconciler starts them, and then (unless
-``--tuned-only``) again with Go's default GC target in place of the one vc-apiserver gives them.
+Nothing here tunes the tenants: it measures them as the reconciler starts them (its ``lean`` tuning,
+reconciler/runtime/tuning.py), and then (unless ``--tuned-only``) again with ``--tenant-tuning=stock``:
+kube's and Go's defaults, what the tuning buys beside what it costs.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.runtime.base import TENANT_GOGC
 from reconciler.runtime.process import ProcessRuntime
+from reconciler.runtime.tuning import LEAN, STOCK, TenantTuning
 
 from .controlplane import Ours, admin_session, proc_kib, rss_kib, start_standalone
 from .stats import percentile
@@ -39,7 +40,7 @@ from .stats import percentile
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 BEGIN, END = "<!-- bench:density:begin -->", "<!-- bench:density:end -->"
 TICK = os.sysconf("SC_CLK_TCK")
-GO_DEFAULT_GOGC = 100
+GO_DEFAULT_GOGC = 100  # what a run from before the tuning profiles measured its second pass with
 
 
 def checkpoints(n: int) -> list[int]:
@@ -132,11 +133,11 @@ def _zombie(pid: int) -> bool:
 
 async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
               say: Callable[[str], None] = print, untuned: bool = True) -> dict[str, Any]:
-    """The tenants as vc-apiserver tunes them, then (``untuned``) again with Go's default GC target, in the
+    """The tenants as vc-apiserver tunes them, then (``untuned``) again with kube's and Go's defaults, in the
     same run: what the tuning buys, side by side."""
-    passes = [await _pass(workdir, tenants_wanted, idle_s, say, TENANT_GOGC)]
+    passes = [await _pass(workdir, tenants_wanted, idle_s, say, LEAN)]
     if untuned:
-        passes.append(await _pass(workdir, tenants_wanted, idle_s, say, GO_DEFAULT_GOGC))
+        passes.append(await _pass(workdir, tenants_wanted, idle_s, say, STOCK))
     return {
         "measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "tenants": tenants_wanted, "idle_s": idle_s, "cpus": os.cpu_count(),
@@ -145,10 +146,10 @@ async def run(workdir: Path, tenants_wanted: int = 30, idle_s: float = 60.0,
 
 
 async def _pass(workdir: Path, tenants_wanted: int, idle_s: float, say: Callable[[str], None],
-                gogc: int) -> dict[str, Any]:
-    say(f"density: tenants with GOGC={gogc}")
-    pki_files, etcd, api = start_standalone(workdir / f"gogc-{gogc}", "--tenant-gogc", str(gogc))
-    tenants = workdir / f"gogc-{gogc}" / "tenants"
+                tuning: TenantTuning) -> dict[str, Any]:
+    say(f"density: tenants with the {tuning.name} tuning")
+    pki_files, etcd, api = start_standalone(workdir / tuning.name, "--tenant-tuning", tuning.name)
+    tenants = workdir / tuning.name / "tenants"
     points = checkpoints(tenants_wanted)
     ready_s: list[float] = []
     steps: list[dict[str, Any]] = []
@@ -200,7 +201,7 @@ async def _pass(workdir: Path, tenants_wanted: int, idle_s: float, say: Callable
         etcd.stop()
         await _stop_tenants(tenants)
         shutil.rmtree(tenants, ignore_errors=True)
-    return {"gogc": gogc, "create_to_ready_s": ready_s, "steps": steps}
+    return {"tuning": tuning.name, "gogc": tuning.gogc, "create_to_ready_s": ready_s, "steps": steps}
 
 
 def _component_cells(s: dict[str, Any]) -> list[str]:
@@ -212,8 +213,9 @@ def _passes(r: dict[str, Any]) -> list[dict[str, Any]]:
     return r.get("passes") or [{"gogc": GO_DEFAULT_GOGC, "steps": r["steps"]}]
 
 
-def _label(gogc: int) -> str:
-    return f"GOGC={gogc}" + (" (Go's default, untuned)" if gogc == GO_DEFAULT_GOGC else " (vc-apiserver's)")
+def _label(one: dict[str, Any]) -> str:
+    """A pass's tuning: its profile's name, or the GC target alone for a run from before the profiles."""
+    return f"{one['tuning']} (GOGC={one['gogc']})" if "tuning" in one else f"GOGC={one['gogc']}"
 
 
 def render(r: dict[str, Any]) -> str:
@@ -222,7 +224,7 @@ def render(r: dict[str, Any]) -> str:
     lines = [f"tenant density (process runtime, no nodes; idle window {r['idle_s']:.0f} s; RSS in MiB, mean per "
              f"tenant by component; CPU in % of one core)"]
     for one in _passes(r):
-        lines += [f"  tenant components with {_label(one['gogc'])}", "  " + head]
+        lines += [f"  tenant components with the tuning {_label(one)}", "  " + head]
         lines += ["  " + _text_row(s) for s in one["steps"]]
     return "\n".join(lines)
 
@@ -239,8 +241,9 @@ def _text_row(s: dict[str, Any]) -> str:
 
 def render_markdown(r: dict[str, Any]) -> str:
     rows = ["| " + " | ".join([
-        f"GOGC={one['gogc']}", str(s["tenants"]), f"{s['create_to_ready_p50_s']:.2f} / {s['create_to_ready_p99_s']:.2f}",
+        _label(one), str(s["tenants"]), f"{s['create_to_ready_p50_s']:.2f} / {s['create_to_ready_p99_s']:.2f}",
         *_component_cells(s), f"{s['rss_mib_per_tenant_mean']:.0f} (max {s['rss_mib_per_tenant_max']:.0f})",
+        f"{s['pss_mib_per_tenant_mean']:.0f}" if "pss_mib_per_tenant_mean" in s else "",
         f"{s['idle_cpu_pct_per_tenant_mean']:.2f} (max {s['idle_cpu_pct_per_tenant_max']:.2f})",
         f"{s['rss_mib_all_tenants']:.0f}" + (f" (PSS {s['pss_mib_all_tenants']:.0f})" if "pss_mib_all_tenants" in s else ""),
         f"{s['vc_apiserver_rss_mib']:.0f} MiB, {s['vc_apiserver_idle_cpu_pct']:.2f} %"]) + " |"
@@ -250,15 +253,16 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"Measured {r['measured']}: up to {r['tenants']} tenants (process runtime, no nodes), created one after "
         f"another, each Ready before the next; idle window {r['idle_s']:.0f} s on {r['cpus']} CPUs. RSS is VmRSS "
         "in MiB, the mean per tenant by component; idle CPU is utime + stime over the window, in % of one core "
-        "(goal: ≤ 200 MiB and ≤ 1 % per tenant). RSS counts the binaries' shared pages in every tenant; PSS (in "
-        "the all-tenants column) splits them among the processes mapping them. Each count is measured twice in the "
-        f"same run: with vc-apiserver's GC target for the tenant components (GOGC={TENANT_GOGC}), then with Go's "
-        f"default ({GO_DEFAULT_GOGC}).",
+        "(goal: ≤ 200 MiB and ≤ 1 % per tenant). RSS counts the binaries' shared pages in every tenant; PSS "
+        "splits them among the processes mapping them, so it is what each tenant adds. Each count is measured "
+        f"twice in the same run: with vc-apiserver's tuning of the tenant components ({LEAN.name}: GOGC={LEAN.gogc}, "
+        "the apiserver's watch cache and storage metric polls off, GOMAXPROCS=1 but for the apiserver's 2), then "
+        f"with kube's and Go's defaults ({STOCK.name}).",
         "",
-        "| tenant GC | tenants | create → Ready p50 / p99 (s) | etcd | kube-apiserver | kube-controller-manager "
-        "| kube-scheduler | RSS per tenant (MiB) | idle CPU per tenant (%) | all tenants' RSS (MiB) "
-        "| vc-apiserver RSS, idle CPU |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tenant tuning | tenants | create → Ready p50 / p99 (s) | etcd | kube-apiserver | kube-controller-manager "
+        "| kube-scheduler | RSS per tenant (MiB) | PSS per tenant (MiB) | idle CPU per tenant (%) "
+        "| all tenants' RSS (MiB) | vc-apiserver RSS, idle CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         END,
     ])

@@ -63,9 +63,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backup-image", default=IMAGE,
                    help="pods runtime: the image of the pods that take and restore snapshots beside a tenant's "
                         "etcd (vc-apiserver's own, which carries etcdutl)")
+    p.add_argument("--tenant-tuning", choices=("lean", "stock"), default="lean",
+                   help="how the tenant components run: lean (GOGC=50, the apiserver's watch cache and storage "
+                        "metric polls off, GOMAXPROCS 1 but for the apiserver's 2: less memory and idle CPU per "
+                        "tenant, the same API) or stock (kube's and Go's defaults)")
     p.add_argument("--tenant-gogc", type=int, default=None,
-                   help="GOGC of the tenant components: how far a heap grows past what is live before Go collects "
-                        "(lower: less memory per tenant, more CPU under load; Go's default is 100); default: 50")
+                   help="GOGC of the tenant components, over the tuning's: how far a heap grows past what is live "
+                        "before Go collects (lower: less memory per tenant, more CPU under load; Go's default is 100)")
     p.add_argument("--runtime-bin-dir", default=".local/bin",
                    help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler are")
     p.add_argument("--tenant-port-range", default="20000-29999",

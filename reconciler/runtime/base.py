@@ -17,13 +17,6 @@ Obj = dict[str, Any]
 # straight to the registry, with no User-Agent for kube's rule to name them by, so the name is the
 # server's own, as a kube controller is named after its binary.
 FIELD_MANAGER = "vc-apiserver"
-# Go's GC target for the tenant components (GOGC): the heap may grow by this % of the live heap
-# before a collection. Go's default, 100, lets an idle kube-apiserver hold about twice what it
-# uses; 50 takes 24-46 MiB off each tenant (bench/density.py: 456 -> 432 MiB RSS at 10 tenants,
-# 474 -> 428 at 3; idle CPU unchanged), 25 takes 70 MiB at four times the collections under load; a
-# GOMEMLIMIT below the apiserver's live heap (100 MiB) makes it collect without end (65-128 % of a
-# core, idle).
-TENANT_GOGC = 50
 
 
 def kubelet_client_flags(pki_dir: str) -> list[str]:

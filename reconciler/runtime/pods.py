@@ -59,13 +59,13 @@ from reconciler.backup.snapshots import Snapshot
 from reconciler.runtime import audit, podbackups
 from reconciler.runtime.base import (
     FIELD_MANAGER,
-    TENANT_GOGC,
     ControlPlaneState,
     Obj,
     RuntimeFailure,
     kubelet_client_flags,
 )
 from reconciler.runtime.process import SERVICE_CIDR
+from reconciler.runtime.tuning import ETCD, LEAN, TenantTuning
 from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class PodsRuntime:
     backup_image: str = IMAGE  # runs the snapshot and restore pods (it carries etcdutl)
     snapshot_volume_size: str = "10Gi"
     snapshot_storage_class: str | None = None
-    gogc: int = TENANT_GOGC
+    tuning: TenantTuning = LEAN
     name: str = "pods"
     # wake -> Ready measured 43-44 s on the real-node lab (tests/e2e/test_real_lifecycle.py): pods scheduled,
     # etcd then the apiserver started and ready, images already there
@@ -582,9 +582,11 @@ class PodsRuntime:
 
     def _pod_spec(self, plan: _Plan, component: str, container: Obj, volumes: list[Obj]) -> Obj:
         """Common to every component: control-plane nodes only, no host API token, spread when replicated;
-        the components' Go GC target."""
+        the components' Go runtime tuning."""
         if component in COMPONENTS:
-            container = {**container, "env": [*container.get("env", []), {"name": "GOGC", "value": str(self.gogc)}]}
+            binary = ETCD if component == "etcd" else f"kube-{component}"
+            env = [{"name": k, "value": v} for k, v in self.tuning.env(binary).items()]
+            container = {**container, "env": [*container.get("env", []), *env]}
         return {
             "nodeSelector": {CONTROL_PLANE_ROLE: ""},
             "tolerations": [{"key": CONTROL_PLANE_ROLE, "operator": "Exists", "effect": "NoSchedule"}],
@@ -715,7 +717,7 @@ class PodsRuntime:
                 f"--service-account-key-file={p}/sa.pub", f"--service-account-signing-key-file={p}/sa.key",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
                 *kubelet_client_flags(p), "--enable-admission-plugins=NodeRestriction", "--v=1",
-                *audit.flags(f"{p}/{AUDIT_POLICY}", "-")],
+                *self.tuning.apiserver_flags(), *audit.flags(f"{p}/{AUDIT_POLICY}", "-")],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
             "livenessProbe": _http_probe("/livez", port, "HTTPS", failures=8),

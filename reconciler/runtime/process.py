@@ -40,12 +40,12 @@ from reconciler.backup.snapshots import Snapshot, SnapshotStore
 from reconciler.fileio import write_if_changed
 from reconciler.runtime import audit
 from reconciler.runtime.base import (
-    TENANT_GOGC,
     ControlPlaneState,
     Obj,
     RuntimeFailure,
     kubelet_client_flags,
 )
+from reconciler.runtime.tuning import LEAN, TenantTuning
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class ProcessRuntime:
     bin_dir: Path
     port_range: tuple[int, int] = (20000, 29999)  # below the kernel's ephemeral ports
     snapshot_dir: Path | None = None  # where tenants' snapshots are kept; default: snapshots beside root
-    gogc: int = TENANT_GOGC
+    tuning: TenantTuning = LEAN
     name: str = "process"
     WAKE_ESTIMATE: ClassVar[int] = 10  # wake -> Ready measured 3.5 s alone on 2 cores (docs/benchmarks.md)
     _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
@@ -220,6 +220,7 @@ class ProcessRuntime:
                 f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
                 *kubelet_client_flags(str(p)), "--enable-admission-plugins=NodeRestriction", "--v=1",
+                *self.tuning.apiserver_flags(),
                 *audit.flags(str(base / "audit-policy.yaml"), str(base / "logs" / "audit.log"))],
             "kube-controller-manager": [
                 str(b / "kube-controller-manager"), f"--kubeconfig={base / 'controller-manager.kubeconfig'}",
@@ -276,7 +277,7 @@ class ProcessRuntime:
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{component}.log", "ab") as out:
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=base, env={**os.environ, "GOGC": str(self.gogc)})
+                                    start_new_session=True, cwd=base, env={**os.environ, **self.tuning.env(component)})
         (base / f"{component}.pid").write_text(str(proc.pid))
         self._children[proc.pid] = proc
         return proc.pid

@@ -89,11 +89,25 @@ def test_minimal_example_becomes_a_control_plane_whose_kubeconfig_works(cp: Cont
     tenant = cp.tenant("default", "dev")
     namespaces = tenant.run("get", "ns", "-o", "name").stdout.split()
     assert {"namespace/default", "namespace/kube-system"} <= set(namespaces)
-    # each component runs with the tenants' Go GC target (less memory per idle tenant)
+    # each component runs with the lean tuning (less memory and idle CPU per tenant)
     processes = tenant_processes(cp.tenant_dir("default", "dev"))
     assert sorted(processes.values()) == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
-    for pid in processes:
-        assert b"GOGC=50" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    go_env = {}
+    for pid, binary in processes.items():
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        go_env[binary] = sorted(e.decode() for e in environ if e.startswith((b"GOGC=", b"GOMAXPROCS=")))
+    assert go_env == {"etcd": ["GOGC=50", "GOMAXPROCS=1"], "kube-apiserver": ["GOGC=50", "GOMAXPROCS=2"],
+                      "kube-controller-manager": ["GOGC=50", "GOMAXPROCS=1"],
+                      "kube-scheduler": ["GOGC=50", "GOMAXPROCS=1"]}
+    apiserver = next(pid for pid, binary in processes.items() if binary == "kube-apiserver")
+    argv = Path(f"/proc/{apiserver}/cmdline").read_bytes().decode().split("\0")
+    assert "--watch-cache=false" in argv and "--etcd-count-metric-poll-period=0" in argv
+    # without its watch cache the tenant apiserver still serves watches from a resourceVersion
+    rv = tenant.json("get", "namespace", "default")["metadata"]["resourceVersion"]
+    tenant.run("label", "namespace", "default", "watched=yes")
+    events = tenant.run("get", "--raw", f"/api/v1/namespaces?watch=1&resourceVersion={rv}&timeoutSeconds=1"
+                        "&fieldSelector=metadata.name%3Ddefault", timeout=30).stdout
+    assert '"watched":"yes"' in events, events
 
 
 def test_tenant_controller_manager_and_services_work_and_the_caller_is_a_tenant_admin(cp: ControlPlanes) -> None:

@@ -168,9 +168,15 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
                       "Deployment/alpha-apiserver": "registry.k8s.io/kube-apiserver:v1.35.4",
                       "Deployment/alpha-controller-manager": "registry.k8s.io/kube-controller-manager:v1.35.4",
                       "Deployment/alpha-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4"}
-    gogc = {k: [e for e in pod_spec(v)["containers"][0].get("env", []) if e["name"] == "GOGC"]
-            for k, v in workloads.items()}
-    assert gogc == {k: [{"name": "GOGC", "value": "50"}] for k in workloads}, "the tenant components' GC target"
+    go_env = {k: {e["name"]: e["value"] for e in pod_spec(v)["containers"][0].get("env", [])
+                  if e["name"] in ("GOGC", "GOMAXPROCS")} for k, v in workloads.items()}
+    assert go_env == {"StatefulSet/alpha-etcd": {"GOGC": "50", "GOMAXPROCS": "1"},
+                      "Deployment/alpha-apiserver": {"GOGC": "50", "GOMAXPROCS": "2"},
+                      "Deployment/alpha-controller-manager": {"GOGC": "50", "GOMAXPROCS": "1"},
+                      "Deployment/alpha-scheduler": {"GOGC": "50", "GOMAXPROCS": "1"}}, "the lean tuning's Go runtime"
+    apiserver_command = pod_spec(workloads["Deployment/alpha-apiserver"])["containers"][0]["command"]
+    assert {"--watch-cache=false", "--etcd-count-metric-poll-period=0",
+            "--etcd-db-metric-poll-interval=0"} <= set(apiserver_command), apiserver_command
 
     service = found["Service/alpha-apiserver"]["spec"]
     assert service["type"] == "NodePort"
