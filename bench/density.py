@@ -100,11 +100,15 @@ async def _idle(tenants: Path, names: list[str], api_pid: int, seconds: float) -
     elapsed = time.monotonic() - started
     api_after = cpu_ticks(api_pid)
     per_tenant = {}
+    by_component = dict.fromkeys(COMPONENTS, 0.0)
     for name in pids:
         # a process that exited during the window counts what it had used before it (0 after)
-        ticks = sum(max(cpu_ticks(pid) - t, 0) for pid, t in before[name].items())
-        per_tenant[name] = 100.0 * ticks / TICK / elapsed
-    return {"window_s": elapsed, "per_tenant_pct": per_tenant,
+        used = {pid: 100.0 * max(cpu_ticks(pid) - t, 0) / TICK / elapsed for pid, t in before[name].items()}
+        per_tenant[name] = sum(used.values())
+        for pid, pct in used.items():
+            kind = component(pid)
+            by_component[kind] = by_component.get(kind, 0.0) + pct / len(pids)
+    return {"window_s": elapsed, "per_tenant_pct": per_tenant, "per_tenant_pct_by_component": by_component,
             "vc_apiserver_pct": 100.0 * (api_after - api_before) / TICK / elapsed}
 
 
@@ -184,6 +188,7 @@ async def _pass(workdir: Path, tenants_wanted: int, idle_s: float, say: Callable
                     "pss_mib_per_tenant_mean": statistics.fmean(m["total"] for m in pss.values()),
                     "pss_mib_all_tenants": sum(m["total"] for m in pss.values()),
                     "idle_cpu_pct_per_tenant_mean": statistics.fmean(cpu),
+                    "idle_cpu_pct_mean_by_component": idle["per_tenant_pct_by_component"],
                     "idle_cpu_pct_per_tenant_max": max(cpu),
                     "idle_cpu_pct_all_tenants": sum(cpu),
                     "idle_window_s": idle["window_s"],
@@ -264,8 +269,17 @@ def render_markdown(r: dict[str, Any]) -> str:
         "| all tenants' RSS (MiB) | vc-apiserver RSS, idle CPU |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
+        *_cpu_by_component(r),
         END,
     ])
+
+
+def _cpu_by_component(r: dict[str, Any]) -> list[str]:
+    """Where each pass's idle CPU goes at its largest count: the mean per tenant of each component."""
+    lines = [f"- {_label(one)}, {s['tenants']} tenants: " + ", ".join(
+        f"{c} {s['idle_cpu_pct_mean_by_component'].get(c, 0.0):.2f} %" for c in COMPONENTS)
+        for one in _passes(r) if one["steps"] and "idle_cpu_pct_mean_by_component" in (s := one["steps"][-1])]
+    return ["", "Idle CPU per tenant by component:", *lines] if lines else []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--tenants", type=int, default=30, help="tenants to create, one after another")
         p.add_argument("--idle", type=float, default=60.0, help="idle window in seconds at each reported count")
         p.add_argument("--tuned-only", action="store_true",
-                       help="skip the second pass with Go's default GC target for the tenant components")
+                       help="skip the second pass with kube's and Go's defaults for the tenant components "
+                            "(--tenant-tuning=stock)")
 
     return report.family_main("density", __doc__, argv, flags,
                               lambda workdir, args: run(workdir, args.tenants, args.idle, say=log,
