@@ -31,13 +31,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.runtime.process import ProcessRuntime
+from reconciler.runtime.process import COMPONENTS, ProcessRuntime
 from reconciler.runtime.tuning import LEAN, STOCK, TenantTuning
 
 from .controlplane import Ours, admin_session, proc_kib, rss_kib, start_standalone
 from .stats import percentile
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 BEGIN, END = "<!-- bench:density:begin -->", "<!-- bench:density:end -->"
 TICK = os.sysconf("SC_CLK_TCK")
 GO_DEFAULT_GOGC = 100  # what a run from before the tuning profiles measured its second pass with

@@ -17,6 +17,9 @@ Obj = dict[str, Any]
 # straight to the registry, with no User-Agent for kube's rule to name them by, so the name is the
 # server's own, as a kube controller is named after its binary.
 FIELD_MANAGER = "vc-apiserver"
+# The tenant binaries, by the names the process runtime starts and the pods runtime's images carry.
+ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER = "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"
+BINARIES = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER)
 
 
 def kubelet_client_flags(pki_dir: str) -> list[str]:

@@ -58,6 +58,7 @@ from reconciler.backup.results import decode, parse
 from reconciler.backup.snapshots import Snapshot
 from reconciler.runtime import audit, podbackups
 from reconciler.runtime.base import (
+    BINARIES,
     FIELD_MANAGER,
     ControlPlaneState,
     Obj,
@@ -65,7 +66,7 @@ from reconciler.runtime.base import (
     kubelet_client_flags,
 )
 from reconciler.runtime.process import SERVICE_CIDR
-from reconciler.runtime.tuning import ETCD, LEAN, TenantTuning
+from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ ROOT_KINDS = ("Deployment", "StatefulSet", "Service", "Secret", "PersistentVolum
 OWNED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "ControllerRevision", "Pod", "Service", "Secret",
                "PersistentVolumeClaim")
 COMPONENTS = ("etcd", "apiserver", "controller-manager", "scheduler")
+BINARY = dict(zip(COMPONENTS, BINARIES, strict=True))  # each component's binary (its image's name too)
 
 
 def _b64(data: bytes | str) -> str:
@@ -584,8 +586,7 @@ class PodsRuntime:
         """Common to every component: control-plane nodes only, no host API token, spread when replicated;
         the components' Go runtime tuning."""
         if component in COMPONENTS:
-            binary = ETCD if component == "etcd" else f"kube-{component}"
-            env = [{"name": k, "value": v} for k, v in self.tuning.env(binary).items()]
+            env = [{"name": k, "value": v} for k, v in self.tuning.env(BINARY[component]).items()]
             container = {**container, "env": [*container.get("env", []), *env]}
         return {
             "nodeSelector": {CONTROL_PLANE_ROLE: ""},
@@ -613,7 +614,7 @@ class PodsRuntime:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": self._meta(plan, component), "spec": spec}
 
     def _image(self, component: str) -> str:
-        return f"{self.registry}/kube-{component}:{self.kubernetes_version}"
+        return f"{self.registry}/{BINARY[component]}:{self.kubernetes_version}"
 
     def _etcd_service(self, plan: _Plan) -> Obj:
         return {"apiVersion": "v1", "kind": "Service", "metadata": self._meta(plan, "etcd"),
@@ -744,8 +745,8 @@ class PodsRuntime:
         """controller-manager or scheduler: a kubeconfig from its Secret, health on its secure port."""
         config = f"{CONFIG_DIR}/kubeconfig"
         container = {
-            "name": f"kube-{component}", "image": self._image(component),
-            "command": [f"kube-{component}", f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
+            "name": BINARY[component], "image": self._image(component),
+            "command": [BINARY[component], f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
                         f"--authorization-kubeconfig={config}", "--bind-address=0.0.0.0",
                         f"--secure-port={port}", "--leader-elect=true", *flags, "--profiling=false", "--v=1"],
             "ports": [{"name": "https", "containerPort": port}],

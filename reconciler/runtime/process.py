@@ -40,6 +40,7 @@ from reconciler.backup.snapshots import Snapshot, SnapshotStore
 from reconciler.fileio import write_if_changed
 from reconciler.runtime import audit
 from reconciler.runtime.base import (
+    BINARIES,
     ControlPlaneState,
     Obj,
     RuntimeFailure,
@@ -49,7 +50,7 @@ from reconciler.runtime.tuning import LEAN, TenantTuning
 
 log = logging.getLogger(__name__)
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+COMPONENTS = BINARIES
 PORT_NAMES = ("apiserver", "etcd-client", "etcd-peer", "controller-manager", "scheduler")
 SERVICE_CIDR = "10.96.0.0/16"
 MAX_BACKOFF = 30.0

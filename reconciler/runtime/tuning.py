@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-# the tenant binaries, by the names the process runtime starts and the pods runtime's images carry
-ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER = "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"
+from reconciler.runtime.base import APISERVER, CONTROLLER_MANAGER, ETCD, SCHEDULER
 
 
 @dataclass(frozen=True)
