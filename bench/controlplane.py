@@ -34,6 +34,7 @@ from reconciler.runtime.process import COMPONENTS, ProcessRuntime
 from .stats import percentile
 
 POLL = 0.05
+FLOORS = "floor"  # the namespace-like directory floors are claimed under in their runtime
 BEGIN, END = "<!-- bench:controlplane:begin -->", "<!-- bench:controlplane:end -->"
 
 
@@ -108,7 +109,7 @@ class Ours:
 def floor_claim(runtime: ProcessRuntime, name: str) -> tuple[Path, dict[str, int]]:
     """A floor's directory and ports, recorded in its ``state.json`` at once: ``allocate_ports`` skips
     the ports in the others' ``state.json``, so floors claimed one after another never share one."""
-    base = runtime.dir("floor", name)
+    base = runtime.dir(FLOORS, name)
     base.mkdir(parents=True, exist_ok=True)
     ports = runtime.allocate_ports("127.0.0.1")
     (base / "state.json").write_text(json.dumps({"ports": ports}))
@@ -126,7 +127,7 @@ async def floor_start(runtime: ProcessRuntime, pki: tenantpki.TenantPki, base: P
     for c in ("etcd", "kube-apiserver"):
         runtime.spawn(base, c, commands[c])
     while True:  # polled at the same granularity as ours is measured
-        if await runtime.readyz(base, endpoint, pki):
+        if await runtime.readyz(FLOORS, base.name, endpoint, pki):
             break
         await asyncio.sleep(POLL)
     for c in ("kube-controller-manager", "kube-scheduler"):
@@ -141,7 +142,7 @@ async def start_floors(runtime: ProcessRuntime, pki: tenantpki.TenantPki, names:
     try:
         return list(await asyncio.gather(*(floor_start(runtime, pki, *claim) for claim in claims)))
     finally:
-        await asyncio.gather(*(runtime.teardown("floor", name) for name in names))
+        await asyncio.gather(*(runtime.teardown(FLOORS, name) for name in names))
 
 
 def distribution(ours: list[float], floor: list[float]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Talking to a tenant's own apiserver, for every part of the loop: its admin client, and a node
-leaving it."""
+"""Talking to a tenant's own apiserver, for every part of the loop: its admin client (one-off, or
+kept between passes), and a node leaving it."""
 
 from __future__ import annotations
 
@@ -9,13 +9,44 @@ import logging
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient, access_from_pem
 from certs.tenant import TenantPki
 
-__all__ = ["admin_client", "remove_node"]
+__all__ = ["TenantClients", "admin_client", "remove_node"]
 
 log = logging.getLogger(__name__)
 
 
 def admin_client(pki: TenantPki, endpoint: str) -> KubeClient:
     return KubeClient(access_from_pem(endpoint, pki.files["ca.crt"], pki.files["admin.crt"], pki.files["admin.key"]))
+
+
+class TenantClients:
+    """Each tenant's admin client, kept from one pass to the next. A ready tenant is checked every few
+    seconds; a client made afresh each time costs a TLS context and a handshake on both sides, which
+    adds up with the tenants. A new endpoint or PKI gets a new client; ``forget`` closes one whose
+    control plane stopped."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], tuple[tuple[str, bytes, bytes], KubeClient]] = {}
+
+    async def get(self, namespace: str, name: str, pki: TenantPki, endpoint: str) -> KubeClient:
+        identity = (endpoint, pki.files["ca.crt"], pki.files["admin.crt"])
+        held = self._held.get((namespace, name))
+        if held is not None and held[0] == identity:
+            return held[1]
+        client = admin_client(pki, endpoint)
+        self._held[(namespace, name)] = (identity, client)
+        if held is not None:
+            await held[1].close()
+        return client
+
+    async def forget(self, namespace: str, name: str) -> None:
+        held = self._held.pop((namespace, name), None)
+        if held is not None:
+            await held[1].close()
+
+    async def close(self) -> None:
+        held, self._held = list(self._held.values()), {}
+        for _, client in held:
+            await client.close()
 
 
 async def remove_node(tenant: KubeClient, name: str) -> None:

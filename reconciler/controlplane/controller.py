@@ -261,7 +261,9 @@ class ControlPlaneController:
         report = None
         try:  # nodes follow the spec (scaled to zero: every node goes back)
             if self.nodes is not None and (wants_nodes or promoted):
-                report = await self._promote(obj, pki, state.endpoint, self.nodes)
+                tenant = await runtime.clients.get(obj["metadata"]["namespace"], obj["metadata"]["name"], pki,
+                                                   state.endpoint)
+                report = await self._promote(obj, tenant, state.endpoint, self.nodes)
             shared = await self._slice(obj, slice_, pki, state.endpoint)
         except (HostUnavailable, HostError) as e:
             _raise_unless_unreachable(e)
@@ -304,15 +306,11 @@ class ControlPlaneController:
                        message=f"the tenant apiserver at {state.endpoint} stopped answering its readiness checks "
                                f"({READINESS_FAILURES} missed in a row); its components are running")
 
-    async def _promote(self, obj: Obj, pki: TenantPki, endpoint: str, nodes: NodePromoter) -> NodeReport:
-        tenant = admin_client(pki, endpoint)
-        try:
-            report = await nodes.reconcile(obj, tenant)
-            if report.ready:
-                await self._addons(obj, tenant, endpoint)
-            return report
-        finally:
-            await tenant.close()
+    async def _promote(self, obj: Obj, tenant: KubeClient, endpoint: str, nodes: NodePromoter) -> NodeReport:
+        report = await nodes.reconcile(obj, tenant)
+        if report.ready:
+            await self._addons(obj, tenant, endpoint)
+        return report
 
     async def _addons(self, obj: Obj, tenant: KubeClient, endpoint: str) -> None:
         """kube-proxy, CoreDNS and the kubernetes Service's endpoints, once the tenant has a node; applied

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Protocol
 from certs.tenant import TenantPki
 from reconciler.backup.etcd import BackupFailure
 from reconciler.backup.snapshots import Snapshot
+from reconciler.tenantapi import TenantClients
 
 Obj = dict[str, Any]
 
@@ -64,6 +65,9 @@ class ControlPlaneRuntime(Protocol):
     it with its data kept, ``teardown`` removes it."""
 
     name: str
+    # Each tenant apiserver's admin client, kept between passes (readiness, promotion); the runtime
+    # forgets a tenant's when it hibernates or tears it down.
+    clients: TenantClients
     # Seconds a hibernated control plane usually takes to answer again (measured: docs/benchmarks.md),
     # told to whoever wakes one.
     WAKE_ESTIMATE: ClassVar[int]

@@ -67,7 +67,7 @@ from reconciler.runtime.base import (
 )
 from reconciler.runtime.process import SERVICE_CIDR
 from reconciler.runtime.tuning import LEAN, TenantTuning
-from reconciler.tenantapi import admin_client
+from reconciler.tenantapi import TenantClients
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,7 @@ class PodsRuntime:
     _nodes_at: float = field(default=0.0, repr=False)
     _nodes_task: asyncio.Task[None] | None = field(default=None, repr=False)
     _host_ports: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # allocated, not yet seen
+    clients: TenantClients = field(default_factory=TenantClients, repr=False)
 
     def __post_init__(self) -> None:
         # endpoint_host() is synchronous and is asked before the first ensure(): look the
@@ -302,6 +303,7 @@ class PodsRuntime:
         """Delete by label, workloads first (so nothing is recreated), until nothing is left or time is up."""
         selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"
         self._host_ports.pop((namespace, name), None)
+        await self.clients.forget(namespace, name)
         deadline = time.monotonic() + self.teardown_timeout
         while True:
             left = [(kind, obj) for kind in OWNED_KINDS for obj in await self._list(kind, namespace, selector)]
@@ -323,6 +325,7 @@ class PodsRuntime:
         namespace, name = meta["namespace"], meta["name"]
         selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"
         self._host_ports.pop((namespace, name), None)
+        await self.clients.forget(namespace, name)
         for kind in ("Deployment", "StatefulSet"):
             for obj in await self._list(kind, namespace, selector):
                 if (obj.get("spec") or {}).get("replicas") != 0:
@@ -772,7 +775,7 @@ class PodsRuntime:
 
     async def _state(self, plan: _Plan, pki: TenantPki, endpoint: str, port: int) -> ControlPlaneState:
         """Ready only when the tenant apiserver says so at the endpoint; otherwise say what is known."""
-        client = admin_client(pki, endpoint)
+        client = await self.clients.get(plan.namespace, plan.name, pki, endpoint)
         try:
             await client.request("GET", "/readyz", timeout=3)
             return ControlPlaneState(True, "ControlPlaneRunning", f"tenant apiserver ready at {endpoint}",
@@ -781,8 +784,6 @@ class PodsRuntime:
             answer = f"the tenant apiserver at {endpoint} is not ready yet ({e.code}: {e.message[:200]})"
         except HostUnavailable as e:
             answer = f"the tenant apiserver did not answer at {endpoint} ({_cause(e)})"
-        finally:
-            await client.close()
         pods = await self._list("Pod", plan.namespace, plan.selector)
         reason, summary = _pods_summary(pods)
         return ControlPlaneState(False, reason, f"{answer}; {summary}", endpoint, port,

@@ -23,16 +23,14 @@ import os
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import aiohttp
-
 from apiserver.etcd.client import EtcdConfig
+from apiserver.kubeclient.client import HostError, HostUnavailable
 from certs import pki as pkilib
 from certs.tenant import TenantPki
 from reconciler.backup import etcd as backup
@@ -47,6 +45,7 @@ from reconciler.runtime.base import (
     kubelet_client_flags,
 )
 from reconciler.runtime.tuning import LEAN, TenantTuning
+from reconciler.tenantapi import TenantClients
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +119,7 @@ class ProcessRuntime:
     _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    clients: TenantClients = field(default_factory=TenantClients)
 
     def __post_init__(self) -> None:
         self.store = SnapshotStore(self.snapshot_dir or self.root.parent / "snapshots")
@@ -353,7 +353,7 @@ class ProcessRuntime:
         # etcd and the apiserver first; the controller-manager and scheduler read RBAC-protected
         # objects at start-up, so they start once the apiserver has bootstrapped its roles.
         core_alive = self._supervise(namespace, name, base, commands, ("etcd", "kube-apiserver"), problems)
-        serving = core_alive and await self.readyz(base, endpoint, pki)
+        serving = core_alive and await self.readyz(namespace, name, endpoint, pki)
         rest_alive = serving and self._supervise(namespace, name, base, commands,
                                                  ("kube-controller-manager", "kube-scheduler"), problems)
         if serving and rest_alive:
@@ -391,14 +391,13 @@ class ProcessRuntime:
                 problems.append(f"{component} exited {health.restarts} time(s), last: {health.last_error}")
         return all_alive
 
-    async def readyz(self, base: Path, endpoint: str, tenant: TenantPki) -> bool:
-        ctx = ssl.create_default_context(cadata=tenant.files["ca.crt"].decode())
-        ctx.load_cert_chain(str(base / "pki" / "admin.crt"), str(base / "pki" / "admin.key"))
+    async def readyz(self, namespace: str, name: str, endpoint: str, tenant: TenantPki) -> bool:
+        """Whether the tenant apiserver answers ``/readyz`` with 200, over the connection kept for it."""
+        client = await self.clients.get(namespace, name, tenant, endpoint)
         try:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session, \
-                    session.get(endpoint + "/readyz", timeout=aiohttp.ClientTimeout(total=2)) as resp:
-                return resp.status == 200
-        except (aiohttp.ClientError, TimeoutError, OSError):
+            await client.request("GET", "/readyz", timeout=2)
+            return True
+        except (HostError, HostUnavailable):
             return False
 
     async def _stop_all(self, base: Path) -> None:
@@ -436,6 +435,7 @@ class ProcessRuntime:
         meta = vc["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         base = self.dir(namespace, name)
+        await self.clients.forget(namespace, name)
         if not base.exists():
             return True
         for group in STOP_ORDER:
@@ -516,6 +516,7 @@ class ProcessRuntime:
 
     async def teardown(self, namespace: str, name: str) -> None:
         base = self.dir(namespace, name)
+        await self.clients.forget(namespace, name)
         if base.exists():
             await self._stop_all(base)
             shutil.rmtree(base, ignore_errors=True)

@@ -247,6 +247,35 @@ def test_a_crashed_tenant_apiserver_is_restarted_and_reported(cp: ControlPlanes)
                                      {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} - alive])
 
 
+def _connections_to(pid: int, port: int) -> set[int]:
+    """Local ports of the established TCP connections process ``pid`` holds to ``port``."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    local = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                local.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return local
+
+
+def test_the_health_checks_of_a_ready_tenant_reuse_one_connection_to_its_apiserver(cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("kept", "kept")))
+    cp.wait_ready("kept", "kept")
+    port = int(cp.kubectl.json("get", "vc/kept", "-n", "kept")["status"]["controlPlaneEndpoint"].rsplit(":", 1)[1])
+    assert cp.api.proc is not None
+    seen = []
+    for _ in range(13):  # a check every 5 s: two or three of them
+        seen.append(_connections_to(cp.api.proc.pid, port))
+        time.sleep(1.0)
+    assert len({frozenset(s) for s in seen}) == 1 and len(seen[0]) == 1, seen
+
+
 @contextlib.contextmanager
 def _ready_conditions_seen(cp: ControlPlanes, namespace: str, name: str) -> Iterator[list[dict]]:
     """Every Ready condition the object passes through inside the block (a watch sees every version)."""
