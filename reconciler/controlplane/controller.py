@@ -44,7 +44,7 @@ from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.nodes.selection import requests_nodes
 from reconciler.runtime.base import ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
-from reconciler.runtime.process import SERVICE_CIDR
+from reconciler.runtime.flags import SERVICE_CIDR
 from reconciler.shared.slices import SharedSlices
 from reconciler.shared.syncer import SliceReport
 from reconciler.tenantapi import admin_client

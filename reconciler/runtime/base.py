@@ -23,15 +23,6 @@ ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER = "etcd", "kube-apiserver", "kube
 BINARIES = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER)
 
 
-def kubelet_client_flags(pki_dir: str) -> list[str]:
-    """How a tenant apiserver reaches kubelets (logs, exec, port-forward): with a client certificate of the
-    tenant CA, which a promoted node's kubelet trusts once its node agent hands it that CA, and at the
-    node's InternalIP (node names need not resolve where the apiserver runs)."""
-    return [f"--kubelet-client-certificate={pki_dir}/apiserver-kubelet-client.crt",
-            f"--kubelet-client-key={pki_dir}/apiserver-kubelet-client.key",
-            "--kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP"]
-
-
 @dataclass(frozen=True)
 class ControlPlaneState:
     """What a runtime can say about one tenant control plane right now."""

@@ -63,9 +63,8 @@ from reconciler.runtime.base import (
     ControlPlaneState,
     Obj,
     RuntimeFailure,
-    kubelet_client_flags,
 )
-from reconciler.runtime.process import SERVICE_CIDR
+from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
 from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import TenantClients
 
@@ -85,6 +84,7 @@ APISERVER_PORT = 6443
 ETCD_CLIENT, ETCD_PEER, ETCD_PROBE = 2379, 2380, 2381
 PKI_DIR = "/etc/kubernetes/pki"
 CONFIG_DIR = "/etc/kubernetes/config"
+KUBECONFIG = f"{CONFIG_DIR}/kubeconfig"  # the controller-manager's and the scheduler's, from their Secrets
 MAX_STS_NAME = 52  # a StatefulSet's name + its revision hash must fit a 63-character label
 NODE_CACHE_TTL = 60.0  # seconds an endpoint node address is trusted before it is looked up again
 STARTUP_GRACE = 300.0  # seconds pods may take to start before "Starting" becomes a complaint
@@ -704,24 +704,9 @@ class PodsRuntime:
         etcd = ",".join(f"https://{plan.etcd_member(i)}:{ETCD_CLIENT}" for i in range(self.etcd_replicas))
         container = {
             "name": "kube-apiserver", "image": self._image("apiserver"),
-            "command": [
-                "kube-apiserver", "--bind-address=0.0.0.0", "--advertise-address=$(POD_IP)",
-                f"--secure-port={port}", "--endpoint-reconciler-type=none",
-                f"--etcd-servers={etcd}", f"--etcd-cafile={p}/etcd-ca.crt",
-                f"--etcd-certfile={p}/apiserver-etcd-client.crt", f"--etcd-keyfile={p}/apiserver-etcd-client.key",
-                f"--tls-cert-file={p}/apiserver.crt", f"--tls-private-key-file={p}/apiserver.key",
-                f"--client-ca-file={p}/ca.crt", "--authorization-mode=Node,RBAC",
-                f"--requestheader-client-ca-file={p}/front-proxy-ca.crt",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={p}/front-proxy-client.crt",
-                f"--proxy-client-key-file={p}/front-proxy-client.key",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-account-key-file={p}/sa.pub", f"--service-account-signing-key-file={p}/sa.key",
-                f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
-                *kubelet_client_flags(p), "--enable-admission-plugins=NodeRestriction", "--v=1",
-                *self.tuning.apiserver_flags(), *audit.flags(f"{p}/{AUDIT_POLICY}", "-")],
+            "command": ["kube-apiserver", *apiserver_flags(
+                p, bind="0.0.0.0", advertise="$(POD_IP)", port=port, etcd_servers=etcd,
+                audit_policy=f"{p}/{AUDIT_POLICY}", audit_log="-", tuning=self.tuning)],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
             "livenessProbe": _http_probe("/livez", port, "HTTPS", failures=8),
@@ -746,12 +731,8 @@ class PodsRuntime:
     def _kube_component(self, plan: _Plan, component: str, pki_hash: str, flags: list[str], port: int,
                         cpu: str) -> Obj:
         """controller-manager or scheduler: a kubeconfig from its Secret, health on its secure port."""
-        config = f"{CONFIG_DIR}/kubeconfig"
         container = {
-            "name": BINARY[component], "image": self._image(component),
-            "command": [BINARY[component], f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
-                        f"--authorization-kubeconfig={config}", "--bind-address=0.0.0.0",
-                        f"--secure-port={port}", "--leader-elect=true", *flags, "--profiling=false", "--v=1"],
+            "name": BINARY[component], "image": self._image(component), "command": [BINARY[component], *flags],
             "ports": [{"name": "https", "containerPort": port}],
             "livenessProbe": _http_probe("/healthz", port, "HTTPS", failures=8),
             "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}},
@@ -761,15 +742,14 @@ class PodsRuntime:
         return self._deployment(plan, component, 1, self._template(plan, component, pki_hash, spec))
 
     def _controller_manager(self, plan: _Plan, pki_hash: str) -> Obj:
-        c = CONFIG_DIR
-        return self._kube_component(plan, "controller-manager", pki_hash, [
-            f"--service-account-private-key-file={c}/sa.key", f"--root-ca-file={c}/ca.crt",
-            f"--cluster-signing-cert-file={c}/ca.crt", f"--cluster-signing-key-file={c}/ca.key",
-            "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller"], 10257, "200m")
+        port = 10257
+        return self._kube_component(plan, "controller-manager", pki_hash, controller_manager_flags(
+            CONFIG_DIR, KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "200m")
 
     def _scheduler(self, plan: _Plan, pki_hash: str) -> Obj:
-        return self._kube_component(plan, "scheduler", pki_hash, [], 10259, "100m")
+        port = 10259
+        return self._kube_component(plan, "scheduler", pki_hash, scheduler_flags(
+            KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "100m")
 
     # -- readiness -----------------------------------------------------------------------
 

@@ -42,8 +42,8 @@ from reconciler.runtime.base import (
     ControlPlaneState,
     Obj,
     RuntimeFailure,
-    kubelet_client_flags,
 )
+from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
 from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import TenantClients
 
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 COMPONENTS = BINARIES
 PORT_NAMES = ("apiserver", "etcd-client", "etcd-peer", "controller-manager", "scheduler")
-SERVICE_CIDR = "10.96.0.0/16"
 MAX_BACKOFF = 30.0
 # Hibernation stops these in turn, each group given STOP_GRACE seconds before it is killed: what
 # talks to the apiserver first, etcd (which flushes on SIGTERM) last.
@@ -203,42 +202,15 @@ class ProcessRuntime:
                      "--peer-cert-file", str(p / "etcd-peer.crt"), "--peer-key-file", str(p / "etcd-peer.key"),
                      "--peer-trusted-ca-file", str(p / "etcd-ca.crt"), "--peer-client-cert-auth",
                      "--log-level", "warn", "--snapshot-count", "10000"],
-            "kube-apiserver": [
-                str(b / "kube-apiserver"), f"--bind-address={bind}", f"--advertise-address={bind}",
-                f"--secure-port={ports['apiserver']}", "--endpoint-reconciler-type=none",
-                f"--etcd-servers={etcd_url}", f"--etcd-cafile={p / 'etcd-ca.crt'}",
-                f"--etcd-certfile={p / 'apiserver-etcd-client.crt'}",
-                f"--etcd-keyfile={p / 'apiserver-etcd-client.key'}",
-                f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
-                f"--client-ca-file={p / 'ca.crt'}", "--authorization-mode=Node,RBAC",
-                f"--requestheader-client-ca-file={p / 'front-proxy-ca.crt'}",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
-                f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
-                *kubelet_client_flags(str(p)), "--enable-admission-plugins=NodeRestriction", "--v=1",
-                *self.tuning.apiserver_flags(),
-                *audit.flags(str(base / "audit-policy.yaml"), str(base / "logs" / "audit.log"))],
-            "kube-controller-manager": [
-                str(b / "kube-controller-manager"), f"--kubeconfig={base / 'controller-manager.kubeconfig'}",
-                f"--authentication-kubeconfig={base / 'controller-manager.kubeconfig'}",
-                f"--authorization-kubeconfig={base / 'controller-manager.kubeconfig'}",
-                "--bind-address=127.0.0.1", f"--secure-port={ports['controller-manager']}", "--leader-elect=false",
-                f"--service-account-private-key-file={p / 'sa.key'}", f"--root-ca-file={p / 'ca.crt'}",
-                f"--cluster-signing-cert-file={p / 'ca.crt'}", f"--cluster-signing-key-file={p / 'ca.key'}",
-                "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller", "--profiling=false",
-                "--v=1"],
-            "kube-scheduler": [
-                str(b / "kube-scheduler"), f"--kubeconfig={base / 'scheduler.kubeconfig'}",
-                f"--authentication-kubeconfig={base / 'scheduler.kubeconfig'}",
-                f"--authorization-kubeconfig={base / 'scheduler.kubeconfig'}",
-                "--bind-address=127.0.0.1", f"--secure-port={ports['scheduler']}", "--leader-elect=false",
-                "--profiling=false", "--v=1"],
+            "kube-apiserver": [str(b / "kube-apiserver"), *apiserver_flags(
+                str(p), bind=bind, advertise=bind, port=ports["apiserver"], etcd_servers=etcd_url,
+                audit_policy=str(base / "audit-policy.yaml"), audit_log=str(base / "logs" / "audit.log"),
+                tuning=self.tuning)],
+            "kube-controller-manager": [str(b / "kube-controller-manager"), *controller_manager_flags(
+                str(p), str(base / "controller-manager.kubeconfig"), bind="127.0.0.1",
+                port=ports["controller-manager"], leader_elect=False)],
+            "kube-scheduler": [str(b / "kube-scheduler"), *scheduler_flags(
+                str(base / "scheduler.kubeconfig"), bind="127.0.0.1", port=ports["scheduler"], leader_elect=False)],
         }
 
     # -- processes -------------------------------------------------------------------
