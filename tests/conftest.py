@@ -7,7 +7,7 @@ import json
 import os
 import ssl
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,13 +111,8 @@ def host_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A real host whose aggregator serves VirtualClusters from a vc-apiserver (no control-plane runtime),
     its processes known by pidfiles as ``make up`` leaves them."""
     root = tmp_path_factory.mktemp("host")
-    stack = Stack(root, StackPorts.free(), runtime="none", run_dir=root / "run",
-                  extra_args=["--leader-elect-lease-duration", "5", "--watch-cache-history", str(HISTORY)])
-    try:
-        stack.up(nodes=2)
-        yield stack
-    finally:
-        stack.down()
+    yield from running_stack(root, runtime="none", run_dir=root / "run",
+                             extra_args=["--watch-cache-history", str(HISTORY)])
 
 
 @pytest.fixture(scope="session")
@@ -126,13 +121,7 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     containerd nodes (hack/realnodes.py) with a node agent each, kwok nodes beside them, and
     vc-apiserver building tenant control planes as host pods (the ``pods`` runtime, on the
     control-plane node) and promoting nodes through the agents."""
-    stack = Stack(tmp_path_factory.mktemp("real"), StackPorts.free(), runtime="pods", real_nodes=2,
-                  extra_args=["--leader-elect-lease-duration", "5"])
-    try:
-        stack.up(nodes=2)
-        yield stack
-    finally:
-        stack.down()
+    yield from running_stack(tmp_path_factory.mktemp("real"), runtime="pods", real_nodes=2)
 
 
 @pytest.fixture(scope="session")
@@ -199,12 +188,20 @@ def tenant_processes(base: Path) -> dict[int, str]:
     return found
 
 
-def process_stack(root: Path, nodes: int, lease_seconds: int) -> Iterator[Stack]:
-    """A host with ``nodes`` kwok nodes and a vc-apiserver building tenant control planes as processes."""
-    stack = Stack(root, StackPorts.free(), runtime="process",
-                  extra_args=["--leader-elect-lease-duration", str(lease_seconds)])
+def running_stack(root: Path, *, nodes: int = 2, lease_seconds: int = 5, extra_args: Sequence[str] = (),
+                  **kwargs: Any) -> Iterator[Stack]:
+    """A lab host with ``nodes`` kwok nodes and vc-apiserver behind its aggregator (``kwargs``: the
+    :class:`Stack`'s runtime, real nodes...), up for as long as the fixture yielding from this lasts,
+    and taken down however it ends."""
+    stack = Stack(root, StackPorts.free(),
+                  extra_args=["--leader-elect-lease-duration", str(lease_seconds), *extra_args], **kwargs)
     try:
         stack.up(nodes=nodes)
         yield stack
     finally:
         stack.down()
+
+
+def process_stack(root: Path, nodes: int, lease_seconds: int) -> Iterator[Stack]:
+    """A host with ``nodes`` kwok nodes and a vc-apiserver building tenant control planes as processes."""
+    yield from running_stack(root, nodes=nodes, lease_seconds=lease_seconds, runtime="process")

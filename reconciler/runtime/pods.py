@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from apiserver import IMAGE
 from apiserver.apis.conditions import find_condition
@@ -87,6 +88,7 @@ CONFIG_DIR = "/etc/kubernetes/config"
 KUBECONFIG = f"{CONFIG_DIR}/kubeconfig"  # the controller-manager's and the scheduler's, from their Secrets
 MAX_STS_NAME = 52  # a StatefulSet's name + its revision hash must fit a 63-character label
 NODE_CACHE_TTL = 60.0  # seconds an endpoint node address is trusted before it is looked up again
+REAPPLY_AFTER = 60.0  # seconds a tenant's host objects, applied unchanged, are trusted before a full pass again
 STARTUP_GRACE = 300.0  # seconds pods may take to start before "Starting" becomes a complaint
 AUDIT_POLICY = "audit-policy.yaml"  # in the apiserver's Secret, beside its PKI
 AUDIT_TAIL_LINES = 10000  # log lines read back (since the inactivity window began) to find the last user request
@@ -109,6 +111,13 @@ def _b64(data: bytes | str) -> str:
 
 def _digest(data: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _pki_digest(pki: TenantPki) -> str:
+    h = hashlib.sha256()
+    for name, pem in sorted(pki.files.items()):
+        h.update(name.encode() + b"\0" + pem + b"\0")
+    return h.hexdigest()
 
 
 def _url(host: str, port: int) -> str:
@@ -153,6 +162,19 @@ class _Plan:
         return f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={self.name}"
 
 
+@dataclass(frozen=True)
+class _Applied:
+    """One tenant's last full pass: what its host objects were built from, and what it found. A pass
+    built from the same, within ``reapply_after`` of it, sends the host nothing: a ready tenant is
+    checked every few seconds, and a dozen server-side applies each time would load the host's
+    apiserver for every idle tenant. Whatever changes them on the host is undone at the next full pass."""
+
+    inputs: tuple[_Plan, str]  # the plan, and a digest of the PKI
+    at: float
+    endpoint: str
+    port: int
+
+
 @dataclass
 class PodsRuntime:
     """Tenant control planes as host Deployments/StatefulSets/Services/Secrets, through ``client``."""
@@ -176,7 +198,9 @@ class PodsRuntime:
     _nodes_at: float = field(default=0.0, repr=False)
     _nodes_task: asyncio.Task[None] | None = field(default=None, repr=False)
     _host_ports: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # allocated, not yet seen
+    reapply_after: float = REAPPLY_AFTER
     clients: TenantClients = field(default_factory=TenantClients, repr=False)
+    _applied: dict[tuple[str, str], _Applied] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         # endpoint_host() is synchronous and is asked before the first ensure(): look the
@@ -286,6 +310,11 @@ class PodsRuntime:
     async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
         await self._fresh_nodes()
         plan = self._plan(vc)
+        inputs = (plan, _pki_digest(pki))
+        last = self._applied.get((plan.namespace, plan.name))
+        if last is not None and last.inputs == inputs and time.monotonic() - last.at < self.reapply_after:
+            return await self._state(plan, pki, last.endpoint, last.port)
+        started = time.monotonic()
         port = await self._apiserver_port(plan)
         endpoint = _url(plan.endpoint_host, port)
         secrets = await self._secrets(plan, pki, endpoint, port)
@@ -297,12 +326,14 @@ class PodsRuntime:
         await self._apply(self._apiserver(plan, port, hashes["apiserver"]))
         await self._apply(self._controller_manager(plan, hashes["controller-manager"]))
         await self._apply(self._scheduler(plan, hashes["scheduler"]))
+        self._applied[(plan.namespace, plan.name)] = _Applied(inputs, started, endpoint, port)
         return await self._state(plan, pki, endpoint, port)
 
     async def teardown(self, namespace: str, name: str) -> None:
         """Delete by label, workloads first (so nothing is recreated), until nothing is left or time is up."""
         selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"
         self._host_ports.pop((namespace, name), None)
+        self._applied.pop((namespace, name), None)
         await self.clients.forget(namespace, name)
         deadline = time.monotonic() + self.teardown_timeout
         while True:
@@ -325,6 +356,7 @@ class PodsRuntime:
         namespace, name = meta["namespace"], meta["name"]
         selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"
         self._host_ports.pop((namespace, name), None)
+        self._applied.pop((namespace, name), None)
         await self.clients.forget(namespace, name)
         for kind in ("Deployment", "StatefulSet"):
             for obj in await self._list(kind, namespace, selector):
@@ -784,7 +816,7 @@ def _still_good(crt: bytes, ca: x509.Certificate, hosts: list[str]) -> bool:
         cert = pkilib.load_cert(crt)
         cert.verify_directly_issued_by(ca)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (ValueError, TypeError, x509.ExtensionNotFound, x509.InvalidSignature):
+    except (ValueError, TypeError, x509.ExtensionNotFound, InvalidSignature):
         return False
     named = {str(n) for n in sans.get_values_for_type(x509.DNSName)} | {
         str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}

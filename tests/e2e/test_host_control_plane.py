@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hack.stack import Stack, StackPorts
-from tests.conftest import Kubectl, vc
+from hack.stack import Stack
+from tests.conftest import Kubectl, process_stack, vc
 
 pytestmark = pytest.mark.e2e
 
@@ -19,13 +19,7 @@ GV = "/apis/kosmos.io/v1alpha1"
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(tmp_path_factory.mktemp("cp-host"), StackPorts.free(), runtime="process",
-              extra_args=["--leader-elect-lease-duration", "5"])
-    try:
-        s.up(nodes=2)
-        yield s
-    finally:
-        s.down()
+    yield from process_stack(tmp_path_factory.mktemp("cp-host"), 2, 5)
 
 
 @pytest.fixture(scope="module")

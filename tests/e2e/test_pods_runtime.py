@@ -70,8 +70,10 @@ async def client(host: HostCluster) -> AsyncIterator[KubeClient]:
 
 
 @pytest.fixture
-async def runtime(client: KubeClient) -> PodsRuntime:
-    return PodsRuntime(client, teardown_timeout=60)
+async def runtime(client: KubeClient) -> AsyncIterator[PodsRuntime]:
+    made = PodsRuntime(client, teardown_timeout=60)
+    yield made
+    await made.clients.close()  # the tenant apiservers' kept connections
 
 
 @pytest.fixture
@@ -252,6 +254,37 @@ async def test_ensure_twice_changes_nothing(runtime: PodsRuntime, client: KubeCl
     assert first_state.port == nodeport and 30000 <= nodeport <= 32767
     claim = first["StatefulSet/twice-etcd"]["spec"]["volumeClaimTemplates"][0]["spec"]
     assert claim["resources"]["requests"]["storage"] == "1Gi" and "storageClassName" not in claim
+
+
+async def server_side_applies(client: KubeClient) -> float:
+    """How many server-side applies the host apiserver has served (only vc-apiserver sends them here)."""
+    text = (await client.request("GET", "/metrics", raw=True)).decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("apiserver_request_total{") and 'verb="APPLY"' in line)
+
+
+async def test_passes_of_an_unchanged_tenant_send_the_host_nothing_until_a_full_pass_undoes_drift(
+        runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
+    runtime.reapply_after = 4.0
+    vc = virtual_cluster(namespace, "quiet")
+    await runtime.refresh_nodes()
+    pki = await make_pki(runtime.endpoint_host(vc))
+    first = await runtime.ensure(vc, pki)
+    applies = await server_side_applies(client)
+    again = [await runtime.ensure(vc, pki) for _ in range(3)]
+    assert await server_side_applies(client) == applies
+    assert {(s.endpoint, s.port) for s in again} == {(first.endpoint, first.port)}
+
+    await client.delete(paths.path("Deployment", namespace, "quiet-scheduler"))  # drift, by hand
+    await asyncio.sleep(4.0)
+    await runtime.ensure(vc, pki)
+    assert await server_side_applies(client) > applies
+    assert "Deployment/quiet-scheduler" in await objects(client, namespace, "quiet", ("Deployment",))
+
+    renewed = await make_pki(runtime.endpoint_host(vc))  # new inputs: a full pass at once
+    await runtime.ensure(vc, renewed)
+    secret = (await objects(client, namespace, "quiet", ("Secret",)))["Secret/quiet-apiserver"]
+    assert secret_files(secret)["ca.crt"] == renewed.files["ca.crt"]
 
 
 async def test_host_network_and_replicas(runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
