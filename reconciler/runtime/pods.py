@@ -14,8 +14,8 @@ Per VirtualCluster, in its own namespace on the host, every object named
   runtime, wrong for pods reached by DNS); they are kept in the Secret and reused
   until they near expiry or the CA changes.
 - kube-apiserver, kube-controller-manager, kube-scheduler: Deployments with the
-  ``process`` runtime's flags; leader election is on, since a rolling update briefly
-  runs two controller-managers or schedulers.
+  flags of :mod:`.flags`, as the ``process`` runtime's; leader election is on, since a
+  rolling update briefly runs two controller-managers or schedulers.
 - The apiserver is exposed by a NodePort Service ``<vc>-apiserver`` (port 6443,
   nodePort = ``externalPort`` when set), or with ``hostNetwork`` on a host port
   (``externalPort``, else one allocated from ``host_port_range``) and no Service.
@@ -24,6 +24,11 @@ Every pod lands on control-plane nodes, and a change of a component's Secret rol
 its pods (a hash of the Secret is a pod-template annotation). Readiness is the
 tenant apiserver's ``/readyz`` at the endpoint users get, never pod status: pods can
 be Running while nothing answers.
+
+A ready tenant is checked every few seconds; ``ensure`` applies its objects only when
+what they are built from (the plan, the PKI) changed, and in full every
+``reapply_after`` seconds, which undoes changes made to them on the host. In between a
+pass asks the tenant's ``/readyz`` and nothing of the host.
 
 Hibernation scales every Deployment and the etcd StatefulSet to zero; Secrets,
 Services (so the NodePort) and the etcd volumes (retained on scale-down) stay, and
