@@ -84,8 +84,8 @@ class Manager:
             await queue.shutdown()
             if self.slices is not None:  # the next leader's syncers take over
                 await self.slices.stop_all()
-            if self.runtime is not None:  # the tenants' kept connections, made again when leading again
-                await self.runtime.clients.close()
+            if self.runtime is not None:  # what it kept between passes is stale once another leads
+                await self.runtime.release()
 
     async def _exists(self, namespace: str, name: str) -> bool:
         try:

@@ -102,5 +102,9 @@ class ControlPlaneRuntime(Protocol):
     async def teardown(self, namespace: str, name: str) -> None:
         """Remove everything the control plane owns; idempotent."""
 
+    async def release(self) -> None:
+        """Forget what is kept from one pass to the next (connections, what was last applied): this
+        server stopped leading, and another may change the tenants meanwhile."""
+
     async def owned(self) -> list[tuple[str, str]]:
         """(namespace, name) of every control plane this runtime currently has (for orphan cleanup)."""

@@ -334,6 +334,10 @@ class PodsRuntime:
         self._applied[(plan.namespace, plan.name)] = _Applied(inputs, started, endpoint, port)
         return await self._state(plan, pki, endpoint, port)
 
+    async def release(self) -> None:
+        self._applied.clear()
+        await self.clients.close()
+
     async def teardown(self, namespace: str, name: str) -> None:
         """Delete by label, workloads first (so nothing is recreated), until nothing is left or time is up."""
         selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"

@@ -486,6 +486,9 @@ class ProcessRuntime:
                 return found if found >= since else None
         return None
 
+    async def release(self) -> None:
+        await self.clients.close()
+
     async def teardown(self, namespace: str, name: str) -> None:
         base = self.dir(namespace, name)
         await self.clients.forget(namespace, name)

@@ -286,6 +286,11 @@ async def test_passes_of_an_unchanged_tenant_send_the_host_nothing_until_a_full_
     secret = (await objects(client, namespace, "quiet", ("Secret",)))["Secret/quiet-apiserver"]
     assert secret_files(secret)["ca.crt"] == renewed.files["ca.crt"]
 
+    applies = await server_side_applies(client)
+    await runtime.release()  # leadership ended: another server may have changed the objects meanwhile
+    await runtime.ensure(vc, renewed)
+    assert await server_side_applies(client) > applies
+
 
 async def test_host_network_and_replicas(runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
     vc = virtual_cluster(namespace, "hn", externalIP="192.0.2.10",
