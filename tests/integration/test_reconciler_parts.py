@@ -31,6 +31,7 @@ from reconciler.nodes.kwokjoiner import KwokJoiner
 from reconciler.nodes.promoter import NodePromoter
 from reconciler.runtime.base import ControlPlaneState, RuntimeFailure
 from reconciler.runtime.process import ProcessRuntime
+from reconciler.tenantapi import TenantClients
 from tests.conftest import start_etcd, vc
 
 
@@ -124,6 +125,7 @@ class ScriptedRuntime:
     answer: ControlPlaneState | RuntimeFailure = STARTING
     name: str = "scripted"
     torn_down: list[tuple[str, str]] = field(default_factory=list)
+    clients: TenantClients = field(default_factory=TenantClients)
 
     def endpoint_host(self, vc: dict[str, Any]) -> str:
         return "127.0.0.1"
@@ -138,6 +140,9 @@ class ScriptedRuntime:
 
     async def owned(self) -> list[tuple[str, str]]:
         return []
+
+    async def release(self) -> None:
+        await self.clients.close()
 
 
 @dataclass
