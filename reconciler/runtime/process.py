@@ -118,6 +118,7 @@ class ProcessRuntime:
     _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _restoring: dict[tuple[str, str], asyncio.Future[bool]] = field(default_factory=dict)
     clients: TenantClients = field(default_factory=TenantClients)
 
     def __post_init__(self) -> None:
@@ -288,25 +289,38 @@ class ProcessRuntime:
 
     async def restore(self, vc: Obj, origin: str, snapshot: str, label: str) -> bool:
         """etcd's own restore (:func:`reconciler.backup.etcd.restore`) of a snapshot kept here, into the
-        data directory before etcd first starts there."""
+        data directory before etcd first starts there. A restore runs to its end even when the pass that
+        started it is cancelled (leadership lost): the next pass waits for it and takes its outcome, so it
+        is reported once and never runs twice at once."""
         meta = vc["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        base = self.dir(namespace, name)
-        state = self._read_state(namespace, name)
-        if state is not None and state.get("uid") == meta.get("uid") and (base / "etcd").exists():
-            return False
-        source, etcdutl = self.store.path(namespace, origin, snapshot), self.bin_dir / "etcdutl"
+        key = (meta["namespace"], meta["name"])
+        running = self._restoring.get(key)
+        if running is None:
+            state = self._read_state(*key)
+            if state is not None and state.get("uid") == meta.get("uid") and (self.dir(*key) / "etcd").exists():
+                return False
+            running = self._restoring[key] = asyncio.ensure_future(self._restore(vc, origin, snapshot, label))
+        try:
+            restored = await asyncio.shield(running)
+        finally:
+            if running.done():
+                self._restoring.pop(key, None)
+        if restored:
+            log.info("restored %s into %s/%s", label, *key)
+        return restored
+
+    async def _restore(self, vc: Obj, origin: str, snapshot: str, label: str) -> bool:
+        meta = vc["metadata"]
+        base = self.dir(meta["namespace"], meta["name"])
+        source, etcdutl = self.store.path(meta["namespace"], origin, snapshot), self.bin_dir / "etcdutl"
         try:
             await asyncio.to_thread(backup.check, etcdutl, source, label)
             state = await self._claim(vc, self.endpoint_host(vc))  # the ports etcd's membership records
             peer = f"https://127.0.0.1:{state['ports']['etcd-peer']}"
             member = backup.Member("tenant", peer, f"tenant={peer}")
-            restored = await asyncio.to_thread(backup.restore, etcdutl, source, base / "etcd", member, label)
+            return await asyncio.to_thread(backup.restore, etcdutl, source, base / "etcd", member, label)
         except backup.BackupFailure as e:
             raise RuntimeFailure.of(e) from None
-        if restored:
-            log.info("restored %s into %s/%s", label, namespace, name)
-        return restored
 
     async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
         meta = vc["metadata"]
@@ -491,6 +505,10 @@ class ProcessRuntime:
 
     async def teardown(self, namespace: str, name: str) -> None:
         base = self.dir(namespace, name)
+        restoring = self._restoring.pop((namespace, name), None)
+        if restoring is not None:  # a restore left running by a cancelled pass writes nothing after this
+            with contextlib.suppress(Exception):
+                await restoring
         await self.clients.forget(namespace, name)
         if base.exists():
             await self._stop_all(base)

@@ -3,6 +3,7 @@ real tenant control planes, real kubectl; and, behind a real host, who may resto
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -15,9 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from hack.harness import Pki, binary
+from hack.harness import BIN, Pki, binary
 from hack.stack import Stack
 from reconciler.backup.snapshots import verify
+from reconciler.runtime.process import ProcessRuntime
 from tests.conftest import Kubectl, vc
 from tests.support.backups import Backups
 
@@ -101,6 +103,27 @@ def test_a_clone_starts_from_the_snapshots_state_with_a_fresh_pki_and_leaves_its
     clone.run("create", "serviceaccount", "builder")
     assert clone.run("create", "token", "builder").stdout.count(".") == 2
     assert "restored snapshot" in rs.api.log.read_text()
+
+
+async def test_a_restore_whose_pass_is_cut_short_finishes_and_the_next_pass_reports_it_once(
+        rs: Backups, taken: Taken, tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path / "tenants", BIN, snapshot_dir=rs.root / "snapshots")
+    obj = {"metadata": {"namespace": NS, "name": "cut", "uid": "uid-cut"}, "spec": {}}
+    label = f"snapshot {taken.snapshot}"
+    first = asyncio.create_task(runtime.restore(obj, taken.source, taken.snapshot, label))
+    await asyncio.sleep(0)  # the pass starts the restore and waits for it
+    first.cancel()  # then it ends: leadership lost
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    data = runtime.dir(NS, "cut") / "etcd"
+    for _ in range(300):  # the restore goes on without it
+        if data.exists():
+            break
+        await asyncio.sleep(0.1)
+    assert (data / "member").is_dir()
+    assert await runtime.restore(obj, taken.source, taken.snapshot, label), "the next pass takes its outcome"
+    assert not await runtime.restore(obj, taken.source, taken.snapshot, label), "and it is reported once"
+    await runtime.teardown(NS, "cut")
 
 
 def test_a_snapshot_holds_the_tenants_objects_in_clear_but_none_of_its_key_material(rs: Backups,
