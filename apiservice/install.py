@@ -122,24 +122,7 @@ def install(kubectl: Kubectl, mode: Mode, cert_dir: Path, port: int | None, imag
     say(f"applying {len(objs)} objects ({mode} mode{', node agent' if joiner == 'agent' else ''}"
         f"{f', overlay {overlay}' if overlay else ''})")
     apply(kubectl, objs, say)
-    wait_rolled_out(kubectl, objs, wait_timeout, say)
     wait_available(kubectl, wait_timeout, say, unavailable_hint(mode, apiservice_port(objs), cert_dir))
-
-
-def wait_rolled_out(kubectl: Kubectl, objs: Iterable[Manifest], timeout: float, say: Say) -> None:
-    """Every replica of the server's own Deployments and StatefulSets updated and ready: the APIService is
-    Available as soon as one answers, and an installation is done when all do."""
-    for obj in objs:
-        meta = obj.get("metadata") or {}
-        if obj.get("kind") not in ("Deployment", "StatefulSet") or meta.get("namespace") != NAMESPACE:
-            continue
-        what = f"{obj['kind'].lower()}/{meta['name']}"
-        try:
-            kubectl.run("rollout", "status", what, "-n", NAMESPACE, f"--timeout={timeout:g}s", timeout=timeout + 30)
-        except KubectlError as e:
-            raise InstallError(f"{what} did not roll out: {e.stderr.strip()}\nSee `kubectl -n {NAMESPACE} get "
-                               f"pods` and `kubectl -n {NAMESPACE} describe {what}`.") from None
-        say(f"{what} rolled out")
 
 
 def _unique(objs: Iterable[Manifest]) -> list[Manifest]:
