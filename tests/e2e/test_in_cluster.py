@@ -45,6 +45,9 @@ def installed(real_stack: Stack) -> Iterator[Kubectl]:
     started = time.monotonic()
     real_stack.serve_in_cluster()
     say(f"  in-cluster: installed and Available in {time.monotonic() - started:.1f}s")
+    host = Kubectl(real_stack.kubeconfig, host_namespaces=True)
+    # Available as soon as one server answers: the tests start once both do
+    host.run("rollout", "status", "deployment/vc-apiserver", "-n", NAMESPACE, "--timeout=180s", timeout=210)
     try:
         yield Kubectl(real_stack.kubeconfig, host_namespaces=True)
     finally:
