@@ -338,12 +338,16 @@ class PodsRuntime:
         self._applied.clear()
         await self.clients.close()
 
-    async def teardown(self, namespace: str, name: str) -> None:
-        """Delete by label, workloads first (so nothing is recreated), until nothing is left or time is up."""
-        selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"
+    async def _forget(self, namespace: str, name: str) -> None:
+        """What is kept for a tenant between passes, for one that stops or goes."""
         self._host_ports.pop((namespace, name), None)
         self._applied.pop((namespace, name), None)
         await self.clients.forget(namespace, name)
+
+    async def teardown(self, namespace: str, name: str) -> None:
+        """Delete by label, workloads first (so nothing is recreated), until nothing is left or time is up."""
+        selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"
+        await self._forget(namespace, name)
         deadline = time.monotonic() + self.teardown_timeout
         while True:
             left = [(kind, obj) for kind in OWNED_KINDS for obj in await self._list(kind, namespace, selector)]
@@ -364,9 +368,7 @@ class PodsRuntime:
         meta = vc["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         selector = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={name}"
-        self._host_ports.pop((namespace, name), None)
-        self._applied.pop((namespace, name), None)
-        await self.clients.forget(namespace, name)
+        await self._forget(namespace, name)
         for kind in ("Deployment", "StatefulSet"):
             for obj in await self._list(kind, namespace, selector):
                 if (obj.get("spec") or {}).get("replicas") != 0:

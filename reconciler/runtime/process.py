@@ -118,7 +118,7 @@ class ProcessRuntime:
     _health: dict[tuple[str, str, str], _Health] = field(default_factory=dict)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _restoring: dict[tuple[str, str], asyncio.Future[bool]] = field(default_factory=dict)
+    _restoring: dict[tuple[str, str], asyncio.Task[bool]] = field(default_factory=dict)
     clients: TenantClients = field(default_factory=TenantClients)
 
     def __post_init__(self) -> None:
@@ -299,7 +299,8 @@ class ProcessRuntime:
             state = self._read_state(*key)
             if state is not None and state.get("uid") == meta.get("uid") and (self.dir(*key) / "etcd").exists():
                 return False
-            running = self._restoring[key] = asyncio.ensure_future(self._restore(vc, origin, snapshot, label))
+            running = self._restoring[key] = asyncio.create_task(self._restore(vc, origin, snapshot, label),
+                                                                    name=f"restore {key[0]}/{key[1]}")
         try:
             restored = await asyncio.shield(running)
         finally:

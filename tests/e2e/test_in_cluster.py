@@ -49,7 +49,7 @@ def installed(real_stack: Stack) -> Iterator[Kubectl]:
     # Available as soon as one server answers: the tests start once both do
     host.run("rollout", "status", "deployment/vc-apiserver", "-n", NAMESPACE, "--timeout=180s", timeout=210)
     try:
-        yield Kubectl(real_stack.kubeconfig, host_namespaces=True)
+        yield host
     finally:
         real_stack.serve_locally()
 
