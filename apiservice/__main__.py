@@ -61,7 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     install_p.add_argument("--kubeconfig", type=Path, required=True, help="the host cluster")
     rendering(install_p, MODES)
     install_p.add_argument("--cert-dir", type=Path, required=True, help="certificates, created if missing")
-    install_p.add_argument("--wait-timeout", type=float, default=60.0, help="seconds to wait for Available")
+    install_p.add_argument("--wait-timeout", type=float, default=60.0,
+                           help="seconds to wait for the APIService to be Available and the server to roll out")
 
     uninstall_p = sub.add_parser("uninstall", parents=[common], help="delete what install created")
     uninstall_p.add_argument("--kubeconfig", type=Path, required=True, help="the host cluster")

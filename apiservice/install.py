@@ -2,8 +2,10 @@
 
 Server-side apply under one field manager: re-running install converges instead of failing, and
 Secrets are not copied into a last-applied annotation. The aggregator's ``Available`` condition
-is the only readiness that matters to users (it is what makes ``kubectl get vc`` work), so that
-is what install waits for, echoing the condition as it changes.
+is what makes ``kubectl get vc`` work, so install waits for it first, echoing the condition as it
+changes. It turns True as soon as one server answers; install then waits, within the same deadline,
+until every replica of the server's own Deployments and StatefulSets has rolled out, so that an
+installation reported done serves at the capacity and with the redundancy it was asked for.
 
 The node agent (``--node-joiner agent``) outlives its DaemonSet by design (it runs as a static pod,
 see ``reconciler/nodeagent/staticpod.py``), so uninstall retires it first: it refuses while host
@@ -13,6 +15,7 @@ to ``deploy/agent-uninstall`` and waits until every node has removed its agent.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -122,7 +125,28 @@ def install(kubectl: Kubectl, mode: Mode, cert_dir: Path, port: int | None, imag
     say(f"applying {len(objs)} objects ({mode} mode{', node agent' if joiner == 'agent' else ''}"
         f"{f', overlay {overlay}' if overlay else ''})")
     apply(kubectl, objs, say)
+    deadline = time.monotonic() + wait_timeout
     wait_available(kubectl, wait_timeout, say, unavailable_hint(mode, apiservice_port(objs), cert_dir))
+    wait_rolled_out(kubectl, objs, deadline, say)
+
+
+def wait_rolled_out(kubectl: Kubectl, objs: Iterable[Manifest], deadline: float, say: Say) -> None:
+    """Every replica of the installation's Deployments and StatefulSets updated and ready by ``deadline``
+    (``kubectl rollout status`` reads the same fields the controllers write)."""
+    for obj in objs:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") not in ("Deployment", "StatefulSet") or meta.get("namespace") != NAMESPACE:
+            continue
+        what = f"{obj['kind'].lower()}/{meta['name']}"
+        left = max(deadline - time.monotonic(), 1.0)
+        try:
+            kubectl.run("rollout", "status", what, "-n", NAMESPACE, f"--timeout={left:.0f}s", timeout=left + 30)
+        except KubectlError as e:
+            raise InstallError(f"{what} has not rolled out: {e.stderr.strip()}\nSee `kubectl -n {NAMESPACE} get "
+                               f"pods` and `kubectl -n {NAMESPACE} describe {what}`.") from None
+        except subprocess.TimeoutExpired:
+            raise InstallError(f"{what} has not rolled out: kubectl rollout status did not answer") from None
+        say(f"{what} rolled out")
 
 
 def _unique(objs: Iterable[Manifest]) -> list[Manifest]:
