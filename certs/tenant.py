@@ -8,6 +8,7 @@ nears expiry. Generation is CPU work: call :func:`generate` from a thread.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -54,6 +55,13 @@ class TenantPki:
 
     def sans(self) -> set[str]:
         return pki.names(self.cert("apiserver"))
+
+    def digest(self) -> str:
+        """SHA-256 over every file's name and content: whether two PKIs are the same, without keeping one."""
+        h = hashlib.sha256()
+        for name, pem in sorted(self.files.items()):
+            h.update(name.encode() + b"\0" + pem + b"\0")
+        return h.hexdigest()
 
     def needs_renewal(self, now: dt.datetime | None = None) -> bool:
         """A certificate nears expiry, or one this version issues is missing (a PKI made by an earlier one)."""

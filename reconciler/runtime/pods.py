@@ -34,6 +34,10 @@ Hibernation scales every Deployment and the etcd StatefulSet to zero; Secrets,
 Services (so the NodePort) and the etcd volumes (retained on scale-down) stay, and
 ``ensure`` scales them back. The apiserver writes its audit log of user requests
 (:mod:`.audit`) to standard output, read back through the host's pod log API.
+
+This module holds the runtime: its host calls, the passes and their memory. The objects
+themselves are built in :mod:`.hostobjects`, without a host call; what the host's pods say
+while the tenant apiserver does not answer is read in :mod:`.podstatus`.
 """
 
 from __future__ import annotations
@@ -41,8 +45,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
-import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -53,131 +55,50 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from apiserver import IMAGE
-from apiserver.apis.conditions import find_condition
 from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
-from reconciler import versions
 from reconciler.backup.etcd import RESTORE_FAILED, SNAPSHOT_FAILED
 from reconciler.backup.results import decode, parse
 from reconciler.backup.snapshots import Snapshot
 from reconciler.runtime import audit, podbackups
-from reconciler.runtime.base import (
-    BINARIES,
-    FIELD_MANAGER,
-    ControlPlaneState,
-    Obj,
-    RuntimeFailure,
+from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, Obj, RuntimeFailure
+from reconciler.runtime.hostobjects import (
+    COMPONENT,
+    CONTROL_PLANE_ROLE,
+    ETCD_CLIENT,
+    ETCD_IMAGE,
+    ETCD_PEER,
+    KUBERNETES_VERSION,
+    MANAGED_BY,
+    OWNER,
+    HostObjects,
+    Plan,
+    claim_shape,
+    digest,
+    url,
 )
-from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
+from reconciler.runtime.passmemo import PassMemo
+from reconciler.runtime.podstatus import all_running, pod_problem, pods_summary
 from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import TenantClients
 
+__all__ = ["COMPONENT", "MANAGED_BY", "OWNED_KINDS", "OWNER", "PodsRuntime"]
+
 log = logging.getLogger(__name__)
 
-# Pinned in reconciler/versions.env: the versions built by hack/build-bins.sh and imaged by hack/images.
-KUBERNETES_VERSION = versions.KUBERNETES_VERSION
-ETCD_IMAGE = versions.ETCD_IMAGE
-MANAGED_BY = "app.kubernetes.io/managed-by"
-COMPONENT = "app.kubernetes.io/component"
-OWNER = "kosmos.io/virtualcluster"
-PKI_HASH = "kosmos.io/pki-hash"
 OWNED_SELECTOR = f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}"
-CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
-
-APISERVER_PORT = 6443
-ETCD_CLIENT, ETCD_PEER, ETCD_PROBE = 2379, 2380, 2381
-PKI_DIR = "/etc/kubernetes/pki"
-CONFIG_DIR = "/etc/kubernetes/config"
-KUBECONFIG = f"{CONFIG_DIR}/kubeconfig"  # the controller-manager's and the scheduler's, from their Secrets
 MAX_STS_NAME = 52  # a StatefulSet's name + its revision hash must fit a 63-character label
 NODE_CACHE_TTL = 60.0  # seconds an endpoint node address is trusted before it is looked up again
 REAPPLY_AFTER = 60.0  # seconds a tenant's host objects, applied unchanged, are trusted before a full pass again
-STARTUP_GRACE = 300.0  # seconds pods may take to start before "Starting" becomes a complaint
-AUDIT_POLICY = "audit-policy.yaml"  # in the apiserver's Secret, beside its PKI
 AUDIT_TAIL_LINES = 10000  # log lines read back (since the inactivity window began) to find the last user request
-FAILING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
-           "CreateContainerError", "RunContainerError"}
 
-# kind → (API prefix, plural): everything this runtime creates, or its controllers create with our labels
 # the kinds ensure() creates, or that outlive their owners: what owned() looks for
 ROOT_KINDS = ("Deployment", "StatefulSet", "Service", "Secret", "PersistentVolumeClaim")
 # everything a teardown waits to see gone, workloads first (so nothing is recreated)
 OWNED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "ControllerRevision", "Pod", "Service", "Secret",
                "PersistentVolumeClaim")
-COMPONENTS = ("etcd", "apiserver", "controller-manager", "scheduler")
-BINARY = dict(zip(COMPONENTS, BINARIES, strict=True))  # each component's binary (its image's name too)
-
-
-def _b64(data: bytes | str) -> str:
-    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
-
-
-def _digest(data: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _pki_digest(pki: TenantPki) -> str:
-    h = hashlib.sha256()
-    for name, pem in sorted(pki.files.items()):
-        h.update(name.encode() + b"\0" + pem + b"\0")
-    return h.hexdigest()
-
-
-def _url(host: str, port: int) -> str:
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-
-
-def _age(obj: Obj) -> float:
-    created = obj.get("metadata", {}).get("creationTimestamp")
-    if not created:
-        return 0.0
-    return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What one VirtualCluster's spec asks of the host, with the runtime's defaults filled in."""
-
-    namespace: str
-    name: str
-    endpoint_host: str
-    host_network: bool
-    replicas: int
-    external_port: int | None
-    storage_class: str | None
-    storage_size: str
-
-    def object_name(self, component: str) -> str:
-        return f"{self.name}-{component}"
-
-    def labels(self, component: str) -> dict[str, str]:
-        return {MANAGED_BY: FIELD_MANAGER, OWNER: self.name, COMPONENT: component}
-
-    @property
-    def etcd_service_dns(self) -> str:
-        return f"{self.object_name('etcd')}.{self.namespace}.svc"
-
-    def etcd_member(self, index: int) -> str:
-        return f"{self.object_name('etcd')}-{index}.{self.etcd_service_dns}"
-
-    @property
-    def selector(self) -> str:
-        return f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={self.name}"
-
-
-@dataclass(frozen=True)
-class _Applied:
-    """One tenant's last full pass: what its host objects were built from, and what it found. A pass
-    built from the same, within ``reapply_after`` of it, sends the host nothing: a ready tenant is
-    checked every few seconds, and a dozen server-side applies each time would load the host's
-    apiserver for every idle tenant. Whatever changes them on the host is undone at the next full pass."""
-
-    inputs: tuple[_Plan, str]  # the plan, and a digest of the PKI
-    at: float
-    endpoint: str
-    port: int
 
 
 @dataclass
@@ -205,9 +126,13 @@ class PodsRuntime:
     _host_ports: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # allocated, not yet seen
     reapply_after: float = REAPPLY_AFTER
     clients: TenantClients = field(default_factory=TenantClients, repr=False)
-    _applied: dict[tuple[str, str], _Applied] = field(default_factory=dict, repr=False)
+    # by tenant: the plan and PKI digest its host objects were last applied from, and (endpoint, port) found
+    _applied: PassMemo[tuple[str, int]] = field(default_factory=PassMemo, repr=False)
+    objects: HostObjects = field(init=False, repr=False)  # builds every tenant's host objects
 
     def __post_init__(self) -> None:
+        self.objects = HostObjects(self.registry, self.kubernetes_version, self.etcd_image, self.etcd_replicas,
+                                   self.tuning)
         # endpoint_host() is synchronous and is asked before the first ensure(): look the
         # control-plane nodes up now, when constructed inside the server's event loop.
         self._refresh_in_background()
@@ -315,23 +240,23 @@ class PodsRuntime:
     async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
         await self._fresh_nodes()
         plan = self._plan(vc)
-        inputs = (plan, _pki_digest(pki))
-        last = self._applied.get((plan.namespace, plan.name))
-        if last is not None and last.inputs == inputs and time.monotonic() - last.at < self.reapply_after:
-            return await self._state(plan, pki, last.endpoint, last.port)
+        tenant, inputs = (plan.namespace, plan.name), (plan, pki.digest())
+        applied = self._applied.recall(tenant, inputs, self.reapply_after)
+        if applied is not None:
+            return await self._state(plan, pki, *applied)
         started = time.monotonic()
         port = await self._apiserver_port(plan)
-        endpoint = _url(plan.endpoint_host, port)
+        endpoint = url(plan.endpoint_host, port)
         secrets = await self._secrets(plan, pki, endpoint, port)
         for secret in secrets.values():
             await self._apply(secret)
-        hashes = {c: _digest(s["data"]) for c, s in secrets.items()}
-        await self._apply(self._etcd_service(plan))
+        hashes = {c: digest(s["data"]) for c, s in secrets.items()}
+        await self._apply(self.objects.etcd_service(plan))
         await self._apply(await self._etcd(plan, hashes["etcd"]))
         await self._apply(self._apiserver(plan, port, hashes["apiserver"]))
-        await self._apply(self._controller_manager(plan, hashes["controller-manager"]))
-        await self._apply(self._scheduler(plan, hashes["scheduler"]))
-        self._applied[(plan.namespace, plan.name)] = _Applied(inputs, started, endpoint, port)
+        await self._apply(self.objects.controller_manager(plan, hashes["controller-manager"]))
+        await self._apply(self.objects.scheduler(plan, hashes["scheduler"]))
+        self._applied.remember(tenant, inputs, started, (endpoint, port))
         return await self._state(plan, pki, endpoint, port)
 
     async def release(self) -> None:
@@ -341,7 +266,7 @@ class PodsRuntime:
     async def _forget(self, namespace: str, name: str) -> None:
         """What is kept for a tenant between passes, for one that stops or goes."""
         self._host_ports.pop((namespace, name), None)
-        self._applied.pop((namespace, name), None)
+        self._applied.forget((namespace, name))
         await self.clients.forget(namespace, name)
 
     async def teardown(self, namespace: str, name: str) -> None:
@@ -408,16 +333,16 @@ class PodsRuntime:
         if await self._get("StatefulSet", plan.namespace, plan.object_name("etcd")) is not None:
             return False
         restored = False
-        for i, member in enumerate(self._members(plan)):
-            claim = self._data_claim(plan)
+        for i, member in enumerate(self.objects.members(plan)):
+            claim = plan.data_claim()
             claim_name = f"{claim['metadata']['name']}-{member}"
             await self._create_if_missing({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                                            "metadata": {**claim["metadata"], "name": claim_name,
                                                         "namespace": plan.namespace},
                                            "spec": claim["spec"]})
             args = podbackups.restore_args(plan.namespace, origin, snapshot, label, member,
-                                           f"https://{plan.etcd_member(i)}:{ETCD_PEER}", self._initial_cluster(plan),
-                                           self._cluster_token(plan))
+                                           f"https://{plan.etcd_member(i)}:{ETCD_PEER}", self.objects.initial_cluster(plan),
+                                           plan.cluster_token)
             result = await self._backup_pod(plan, f"restore-{i}", args, [
                 {"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}], [
                 {"name": "data", "mountPath": podbackups.DATA_MOUNT}], reason=RESTORE_FAILED, read_only=True)
@@ -426,7 +351,7 @@ class PodsRuntime:
             log.info("restored %s into %s/%s", label, plan.namespace, plan.name)
         return restored
 
-    async def _backup_pod(self, plan: _Plan, verb: str, args: list[str], volumes: list[Obj] | None = None,
+    async def _backup_pod(self, plan: Plan, verb: str, args: list[str], volumes: list[Obj] | None = None,
                           mounts: list[Obj] | None = None, reason: str = SNAPSHOT_FAILED,
                           read_only: bool = False) -> Obj:
         """Run one ``python -m reconciler.backup`` pod on the snapshot volume to its end and return what
@@ -439,10 +364,10 @@ class PodsRuntime:
         await self._delete_and_wait("Pod", plan.namespace, name)
         container = podbackups.container(self.backup_image, args, [
             {"name": "snapshots", "mountPath": podbackups.SNAPSHOT_ROOT, "readOnly": read_only}, *(mounts or [])])
-        spec = {**self._pod_spec(plan, "backup", container, [podbackups.snapshot_volume(read_only), *(volumes or [])]),
+        spec = {**self.objects.pod_spec(plan, "backup", container, [podbackups.snapshot_volume(read_only), *(volumes or [])]),
                 "restartPolicy": "Never"}
         await self._call(f"creating pod {plan.namespace}/{name}", "POST", paths.path("Pod", plan.namespace),
-                         body={"apiVersion": "v1", "kind": "Pod", "metadata": self._meta(plan, "backup", f"-{verb}"),
+                         body={"apiVersion": "v1", "kind": "Pod", "metadata": self.objects.meta(plan, "backup", f"-{verb}"),
                                "spec": spec}, params={"fieldManager": FIELD_MANAGER})
         try:
             pod = await self._wait_finished(plan.namespace, name, reason)
@@ -469,7 +394,7 @@ class PodsRuntime:
             phase = (pod.get("status") or {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 return pod
-            problem, failing = _pod_problem(pod)
+            problem, failing = pod_problem(pod)
             if failing or time.monotonic() > deadline:
                 raise RuntimeFailure(reason, f"pod {namespace}/{name} did not finish: {problem}")
             await asyncio.sleep(podbackups.POLL)
@@ -483,7 +408,7 @@ class PodsRuntime:
             await self._delete(kind, namespace, name)
             await asyncio.sleep(podbackups.POLL)
 
-    async def _snapshot_claim(self, plan: _Plan, create: bool) -> bool:
+    async def _snapshot_claim(self, plan: Plan, create: bool) -> bool:
         """Whether the namespace's snapshot claim exists, made when ``create``: once per namespace and
         left alone after (a claim's spec cannot shrink, and it outlives every VirtualCluster whose
         snapshots it holds)."""
@@ -531,7 +456,7 @@ class PodsRuntime:
 
     # -- planning ------------------------------------------------------------------------
 
-    def _plan(self, vc: Obj) -> _Plan:
+    def _plan(self, vc: Obj) -> Plan:
         meta, spec = vc["metadata"], vc.get("spec") or {}
         shape = spec.get("kubeInKubeConfig") or {}
         name = meta["name"]
@@ -539,24 +464,24 @@ class PodsRuntime:
             raise RuntimeFailure("NameTooLong", f"the pods runtime names host objects <name>-etcd, which must be at "
                                                 f"most {MAX_STS_NAME} characters; use a name of at most "
                                                 f"{MAX_STS_NAME - 5}")
-        return _Plan(namespace=meta["namespace"], name=name, endpoint_host=self.endpoint_host(vc),
+        return Plan(namespace=meta["namespace"], name=name, endpoint_host=self.endpoint_host(vc),
                      host_network=shape.get("apiServerServiceType") == "hostNetwork",
                      replicas=int(shape.get("apiServerReplicas") or 1),
                      external_port=int(shape["externalPort"]) if shape.get("externalPort") else None,
                      storage_class=shape.get("etcdStorageClass") or None,
                      storage_size=str(shape.get("etcdUnitSize") or "1Gi"))
 
-    async def _apiserver_port(self, plan: _Plan) -> int:
+    async def _apiserver_port(self, plan: Plan) -> int:
         """The port users reach: the Service's nodePort, or the apiserver's host port with hostNetwork."""
         if not plan.host_network:
-            service = await self._apply(self._apiserver_service(plan))
+            service = await self._apply(self.objects.apiserver_service(plan))
             return int(service["spec"]["ports"][0]["nodePort"])
         await self._delete("Service", plan.namespace, plan.object_name("apiserver"))  # left by a NodePort spec
         if plan.external_port:
             return plan.external_port
         return await self._allocate_host_port(plan)
 
-    async def _allocate_host_port(self, plan: _Plan) -> int:
+    async def _allocate_host_port(self, plan: Plan) -> int:
         """Keep the port this tenant has; else the first one no other hostNetwork tenant apiserver uses."""
         key = (plan.namespace, plan.name)
         taken: set[int] = set()
@@ -579,34 +504,12 @@ class PodsRuntime:
         raise RuntimeFailure("NoFreeHostPorts", f"every host port in {low}-{high} is used by a hostNetwork tenant "
                                                 f"apiserver; set kubeInKubeConfig.externalPort")
 
-    # -- secrets -------------------------------------------------------------------------
+    # -- secrets and workloads -----------------------------------------------------------
 
-    async def _secrets(self, plan: _Plan, pki: TenantPki, endpoint: str, port: int) -> dict[str, Obj]:
-        """One Secret per component (and the admin kubeconfig), keyed by component."""
-        f = pki.files
-        # in-cluster components reach a NodePort apiserver through its Service, naming a SAN it has
-        internal: tuple[str, str | None] = (_url(plan.endpoint_host, port), None)
-        if not plan.host_network:
-            internal = (f"https://{plan.object_name('apiserver')}.{plan.namespace}.svc:{APISERVER_PORT}", "kubernetes")
-        return {
-            "etcd": self._secret(plan, "etcd", await self._etcd_certs(plan, pki)),
-            "apiserver": self._secret(plan, "apiserver", {**{k: f[k] for k in (
-                "ca.crt", "apiserver.crt", "apiserver.key", "apiserver-etcd-client.crt", "apiserver-etcd-client.key",
-                "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key", "etcd-ca.crt", "front-proxy-ca.crt",
-                "front-proxy-client.crt", "front-proxy-client.key", "sa.pub", "sa.key")}, AUDIT_POLICY: audit.policy_file()}),
-            "controller-manager": self._secret(plan, "controller-manager", {
-                "ca.crt": f["ca.crt"], "ca.key": f["ca.key"], "sa.key": f["sa.key"],
-                "kubeconfig": _kubeconfig(pki, "controller-manager", *internal)}),
-            "scheduler": self._secret(plan, "scheduler", {"kubeconfig": _kubeconfig(pki, "scheduler", *internal)}),
-            "admin": self._secret(plan, "admin", {"kubeconfig": _kubeconfig(pki, "admin", endpoint, None)}),
-        }
+    async def _secrets(self, plan: Plan, pki: TenantPki, endpoint: str, port: int) -> dict[str, Obj]:
+        return self.objects.secrets(plan, pki, endpoint, port, await self._etcd_certs(plan, pki))
 
-    def _secret(self, plan: _Plan, component: str, files: dict[str, bytes | str]) -> Obj:
-        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                "metadata": self._meta(plan, component),
-                "data": {k: _b64(v) for k, v in sorted(files.items())}}
-
-    async def _etcd_certs(self, plan: _Plan, pki: TenantPki) -> dict[str, bytes | str]:
+    async def _etcd_certs(self, plan: Plan, pki: TenantPki) -> dict[str, bytes | str]:
         """etcd serving and peer certificates for its DNS names: the ones in the Secret while still good."""
         hosts = [f"*.{plan.etcd_service_dns}", f"*.{plan.etcd_service_dns}.cluster.local", plan.etcd_service_dns,
                  "localhost", "127.0.0.1"]
@@ -622,181 +525,25 @@ class PodsRuntime:
             out[f"{stem}.crt"], out[f"{stem}.key"] = crt, key
         return out
 
-    # -- workloads -----------------------------------------------------------------------
-
-    def _meta(self, plan: _Plan, component: str, suffix: str = "") -> Obj:
-        return {"name": plan.object_name(component) + suffix, "namespace": plan.namespace,
-                "labels": plan.labels(component)}
-
-    def _pod_spec(self, plan: _Plan, component: str, container: Obj, volumes: list[Obj]) -> Obj:
-        """Common to every component: control-plane nodes only, no host API token, spread when replicated;
-        the components' Go runtime tuning."""
-        if component in COMPONENTS:
-            env = [{"name": k, "value": v} for k, v in self.tuning.env(BINARY[component]).items()]
-            container = {**container, "env": [*container.get("env", []), *env]}
-        return {
-            "nodeSelector": {CONTROL_PLANE_ROLE: ""},
-            "tolerations": [{"key": CONTROL_PLANE_ROLE, "operator": "Exists", "effect": "NoSchedule"}],
-            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-                "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                                                   "labelSelector": {"matchLabels": plan.labels(component)}}}]}},
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "containers": [container],
-            "volumes": volumes,
-        }
-
-    def _template(self, plan: _Plan, component: str, pki_hash: str, spec: Obj) -> Obj:
-        return {"metadata": {"labels": plan.labels(component), "annotations": {PKI_HASH: pki_hash}}, "spec": spec}
-
-    def _secret_volume(self, plan: _Plan, component: str, volume: str) -> Obj:
-        return {"name": volume, "secret": {"secretName": plan.object_name(component), "defaultMode": 0o400}}
-
-    def _deployment(self, plan: _Plan, component: str, replicas: int, template: Obj,
-                    strategy: Obj | None = None) -> Obj:
-        spec: Obj = {"replicas": replicas, "selector": {"matchLabels": plan.labels(component)}, "template": template}
-        if strategy:
-            spec["strategy"] = strategy
-        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": self._meta(plan, component), "spec": spec}
-
-    def _image(self, component: str) -> str:
-        return f"{self.registry}/{BINARY[component]}:{self.kubernetes_version}"
-
-    def _etcd_service(self, plan: _Plan) -> Obj:
-        return {"apiVersion": "v1", "kind": "Service", "metadata": self._meta(plan, "etcd"),
-                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": plan.labels("etcd"),
-                         "ports": [{"name": "client", "port": ETCD_CLIENT, "targetPort": ETCD_CLIENT},
-                                   {"name": "peer", "port": ETCD_PEER, "targetPort": ETCD_PEER}]}}
-
-    def _apiserver_service(self, plan: _Plan) -> Obj:
-        port: Obj = {"name": "https", "port": APISERVER_PORT, "targetPort": APISERVER_PORT, "protocol": "TCP"}
-        if plan.external_port:
-            port["nodePort"] = plan.external_port
-        return {"apiVersion": "v1", "kind": "Service", "metadata": self._meta(plan, "apiserver"),
-                "spec": {"type": "NodePort", "selector": plan.labels("apiserver"), "ports": [port]}}
-
-    def _members(self, plan: _Plan) -> list[str]:
-        return [f"{plan.object_name('etcd')}-{i}" for i in range(self.etcd_replicas)]
-
-    def _initial_cluster(self, plan: _Plan) -> str:
-        return ",".join(f"{m}=https://{plan.etcd_member(i)}:{ETCD_PEER}" for i, m in enumerate(self._members(plan)))
-
-    @staticmethod
-    def _cluster_token(plan: _Plan) -> str:
-        return f"{plan.namespace}-{plan.name}"
-
-    @staticmethod
-    def _data_claim(plan: _Plan) -> Obj:
-        """The etcd StatefulSet's claim template (its claims are ``data-<member>``)."""
-        claim: Obj = {"metadata": {"name": "data", "labels": plan.labels("etcd")},
-                      "spec": {"accessModes": ["ReadWriteOnce"],
-                               "resources": {"requests": {"storage": plan.storage_size}}}}
-        if plan.storage_class:
-            claim["spec"]["storageClassName"] = plan.storage_class
-        return claim
-
-    async def _etcd(self, plan: _Plan, pki_hash: str) -> Obj:
-        pod_dns = f"$(POD_NAME).{plan.etcd_service_dns}"
-        p = "/etc/etcd/pki"
-        container = {
-            "name": "etcd", "image": self.etcd_image,
-            "command": [
-                "etcd", "--name=$(POD_NAME)", "--data-dir=/var/lib/etcd/data",
-                f"--listen-client-urls=https://0.0.0.0:{ETCD_CLIENT}",
-                f"--advertise-client-urls=https://{pod_dns}:{ETCD_CLIENT}",
-                f"--listen-peer-urls=https://0.0.0.0:{ETCD_PEER}",
-                f"--initial-advertise-peer-urls=https://{pod_dns}:{ETCD_PEER}",
-                f"--initial-cluster={self._initial_cluster(plan)}",
-                "--initial-cluster-state=new", f"--initial-cluster-token={self._cluster_token(plan)}",
-                f"--listen-metrics-urls=http://0.0.0.0:{ETCD_PROBE}",
-                f"--cert-file={p}/etcd-server.crt", f"--key-file={p}/etcd-server.key",
-                f"--trusted-ca-file={p}/etcd-ca.crt", "--client-cert-auth",
-                f"--peer-cert-file={p}/etcd-peer.crt", f"--peer-key-file={p}/etcd-peer.key",
-                f"--peer-trusted-ca-file={p}/etcd-ca.crt", "--peer-client-cert-auth",
-                "--log-level=warn", "--snapshot-count=10000"],
-            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-            "ports": [{"name": "client", "containerPort": ETCD_CLIENT}, {"name": "peer", "containerPort": ETCD_PEER},
-                      {"name": "probe", "containerPort": ETCD_PROBE}],
-            "livenessProbe": _http_probe("/livez", ETCD_PROBE, "HTTP", failures=8),
-            "readinessProbe": _http_probe("/readyz", ETCD_PROBE, "HTTP", failures=3),
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"},
-                             {"name": "pki", "mountPath": p, "readOnly": True}],
-        }
-        claim = self._data_claim(plan)
+    async def _etcd(self, plan: Plan, pki_hash: str) -> Obj:
+        claim = plan.data_claim()
         existing = await self._get("StatefulSet", plan.namespace, plan.object_name("etcd"))
         claims = [claim]
         if existing is not None and existing["spec"].get("volumeClaimTemplates"):
             # claim templates are immutable: a changed etcdStorageClass/etcdUnitSize cannot reach a running etcd
             claims = existing["spec"]["volumeClaimTemplates"]
-            if _claim_shape(claims[0]) != _claim_shape(claim):
+            if claim_shape(claims[0]) != claim_shape(claim):
                 log.warning("%s/%s: etcd volumes keep %s; the spec's %s applies to new clusters only",
-                            plan.namespace, plan.name, _claim_shape(claims[0]), _claim_shape(claim))
-        return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": self._meta(plan, "etcd"),
-                "spec": {"replicas": self.etcd_replicas, "serviceName": plan.object_name("etcd"),
-                         "podManagementPolicy": "Parallel",  # members need each other to become ready
-                         "selector": {"matchLabels": plan.labels("etcd")},
-                         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
-                         "template": self._template(plan, "etcd", pki_hash, self._pod_spec(
-                             plan, "etcd", container, [self._secret_volume(plan, "etcd", "pki")])),
-                         "volumeClaimTemplates": claims}}
+                            plan.namespace, plan.name, claim_shape(claims[0]), claim_shape(claim))
+        return self.objects.etcd(plan, pki_hash, claims)
 
-    def _apiserver(self, plan: _Plan, host_port: int, pki_hash: str) -> Obj:
-        port = host_port if plan.host_network else APISERVER_PORT
-        p = PKI_DIR
-        etcd = ",".join(f"https://{plan.etcd_member(i)}:{ETCD_CLIENT}" for i in range(self.etcd_replicas))
-        container = {
-            "name": "kube-apiserver", "image": self._image("apiserver"),
-            "command": ["kube-apiserver", *apiserver_flags(
-                p, bind="0.0.0.0", advertise="$(POD_IP)", port=port, etcd_servers=etcd,
-                audit_policy=f"{p}/{AUDIT_POLICY}", audit_log="-", tuning=self.tuning)],
-            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-            "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
-            "livenessProbe": _http_probe("/livez", port, "HTTPS", failures=8),
-            "readinessProbe": _http_probe("/readyz", port, "HTTPS", failures=3),
-            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
-            "volumeMounts": [{"name": "pki", "mountPath": p, "readOnly": True}],
-        }
-        spec = self._pod_spec(plan, "apiserver", container, [self._secret_volume(plan, "apiserver", "pki")])
-        strategy = None
-        if plan.host_network:
-            # a host port can't be shared: replace pods in place, and prefer the node users are sent to
-            spec.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
-            strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
-            node = next((n for n, ip in self._nodes or [] if ip == plan.endpoint_host), None)
-            if node:
-                spec["affinity"]["nodeAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [{
-                    "weight": 100, "preference": {"matchFields": [
-                        {"key": "metadata.name", "operator": "In", "values": [node]}]}}]}
-        return self._deployment(plan, "apiserver", plan.replicas, self._template(plan, "apiserver", pki_hash, spec),
-                                strategy)
-
-    def _kube_component(self, plan: _Plan, component: str, pki_hash: str, flags: list[str], port: int,
-                        cpu: str) -> Obj:
-        """controller-manager or scheduler: a kubeconfig from its Secret, health on its secure port."""
-        container = {
-            "name": BINARY[component], "image": self._image(component), "command": [BINARY[component], *flags],
-            "ports": [{"name": "https", "containerPort": port}],
-            "livenessProbe": _http_probe("/healthz", port, "HTTPS", failures=8),
-            "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}},
-            "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
-        }
-        spec = self._pod_spec(plan, component, container, [self._secret_volume(plan, component, "config")])
-        return self._deployment(plan, component, 1, self._template(plan, component, pki_hash, spec))
-
-    def _controller_manager(self, plan: _Plan, pki_hash: str) -> Obj:
-        port = 10257
-        return self._kube_component(plan, "controller-manager", pki_hash, controller_manager_flags(
-            CONFIG_DIR, KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "200m")
-
-    def _scheduler(self, plan: _Plan, pki_hash: str) -> Obj:
-        port = 10259
-        return self._kube_component(plan, "scheduler", pki_hash, scheduler_flags(
-            KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "100m")
+    def _apiserver(self, plan: Plan, host_port: int, pki_hash: str) -> Obj:
+        node = next((n for n, ip in self._nodes or [] if ip == plan.endpoint_host), None)
+        return self.objects.apiserver(plan, host_port, pki_hash, node)
 
     # -- readiness -----------------------------------------------------------------------
 
-    async def _state(self, plan: _Plan, pki: TenantPki, endpoint: str, port: int) -> ControlPlaneState:
+    async def _state(self, plan: Plan, pki: TenantPki, endpoint: str, port: int) -> ControlPlaneState:
         """Ready only when the tenant apiserver says so at the endpoint; otherwise say what is known."""
         client = await self.clients.get(plan.namespace, plan.name, pki, endpoint)
         try:
@@ -808,17 +555,9 @@ class PodsRuntime:
         except HostUnavailable as e:
             answer = f"the tenant apiserver did not answer at {endpoint} ({_cause(e)})"
         pods = await self._list("Pod", plan.namespace, plan.selector)
-        reason, summary = _pods_summary(pods)
+        reason, summary = pods_summary(pods)
         return ControlPlaneState(False, reason, f"{answer}; {summary}", endpoint, port,
-                                 unanswered=_all_running(pods))
-
-
-def _kubeconfig(pki: TenantPki, stem: str, server: str, tls_server_name: str | None) -> str:
-    config = pkilib.kubeconfig(server, pki.files["ca.crt"], stem, pki.files[f"{stem}.crt"], pki.files[f"{stem}.key"],
-                               cluster="tenant")
-    if tls_server_name:
-        config["clusters"][0]["cluster"]["tls-server-name"] = tls_server_name
-    return json.dumps(config, sort_keys=True)
+                                 unanswered=all_running(pods))
 
 
 def _still_good(crt: bytes, ca: x509.Certificate, hosts: list[str]) -> bool:
@@ -834,16 +573,6 @@ def _still_good(crt: bytes, ca: x509.Certificate, hosts: list[str]) -> bool:
     return set(hosts) <= named and cert.not_valid_after_utc - dt.datetime.now(dt.UTC) > RENEW_BEFORE
 
 
-def _claim_shape(claim: Obj) -> tuple[str | None, str | None]:
-    spec = claim.get("spec") or {}
-    return spec.get("storageClassName"), ((spec.get("resources") or {}).get("requests") or {}).get("storage")
-
-
-def _http_probe(path: str, port: int, scheme: str, failures: int) -> Obj:
-    return {"httpGet": {"path": path, "port": port, "scheme": scheme}, "initialDelaySeconds": 10,
-            "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": failures}
-
-
 def _cause(e: HostUnavailable) -> str:
     """The short why of a failed connection: refused, timed out, no route, TLS."""
     cause = e.__cause__
@@ -854,48 +583,3 @@ def _cause(e: HostUnavailable) -> str:
     return f"{type(cause).__name__}: {cause}" if cause is not None else str(e)
 
 
-def _pod_problem(pod: Obj) -> tuple[str, bool]:
-    """Why a pod is not running (and whether that is a failure rather than a start)."""
-    status = pod.get("status") or {}
-    for c in status.get("containerStatuses") or []:
-        waiting = (c.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason"):
-            return waiting["reason"], waiting["reason"] in FAILING
-    scheduled = find_condition(status.get("conditions"), "PodScheduled")
-    if scheduled and scheduled.get("status") == "False":
-        return f"unschedulable: {scheduled.get('message', '')[:120]}", scheduled.get("reason") == "Unschedulable"
-    if not (pod.get("spec") or {}).get("nodeName"):
-        return "not scheduled to a node", False
-    return status.get("phase", "Pending"), False
-
-
-def _all_running(pods: list[Obj]) -> bool:
-    return bool(pods) and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
-
-
-def _pods_summary(pods: list[Obj]) -> tuple[str, str]:
-    """(reason, message) from the host pods' state: what is running, and what is wrong with the rest."""
-    if not pods:
-        return "Starting", "no pods of this control plane exist on the host yet"
-    parts, failing, waiting_since = [], False, 0.0
-    for component in COMPONENTS:
-        mine = [p for p in pods if p["metadata"].get("labels", {}).get(COMPONENT) == component]
-        running = [p for p in mine if (p.get("status") or {}).get("phase") == "Running"]
-        part = f"{component} {len(running)}/{len(mine)} pods running"
-        problems = []
-        for pod in mine:
-            if pod in running:
-                continue
-            problem, bad = _pod_problem(pod)
-            failing |= bad
-            waiting_since = max(waiting_since, _age(pod))
-            problems.append(f"{pod['metadata']['name']}: {problem}")
-        parts.append(part + (f" ({'; '.join(problems[:2])})" if problems else ""))
-    summary = "host pods: " + ", ".join(parts)
-    if failing:
-        return "ComponentFailing", summary
-    if waiting_since > STARTUP_GRACE:
-        return "PodsNotRunning", summary
-    if _all_running(pods) and max(_age(p) for p in pods) > STARTUP_GRACE:
-        return "ApiserverUnreachable", summary
-    return "Starting", summary

@@ -224,7 +224,7 @@ def test_the_images_carry_the_names_the_manifests_use() -> None:
     runtime = pods.PodsRuntime(client=None)  # type: ignore[arg-type]
     assert runtime.backup_image == oci.docker_tag(refs["vc-apiserver"])
     for component in ("apiserver", "controller-manager", "scheduler"):
-        assert runtime._image(component) == refs[f"kube-{component}"]
+        assert runtime.objects.image(component) == refs[f"kube-{component}"]
     assert set(refs) == {"pause", "busybox", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                          "kube-proxy", "coredns", "vc-apiserver"}
 

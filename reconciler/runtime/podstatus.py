@@ -1,0 +1,68 @@
+"""What a tenant's host pods say about its control plane: the reason and message a VirtualCluster's
+status carries while its apiserver does not answer (readiness itself is the apiserver's ``/readyz``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from apiserver.apis.conditions import find_condition
+from reconciler.runtime.base import Obj
+from reconciler.runtime.hostobjects import COMPONENT, COMPONENTS
+
+STARTUP_GRACE = 300.0  # seconds pods may take to start before "Starting" becomes a complaint
+FAILING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+           "CreateContainerError", "RunContainerError"}
+
+
+def age(obj: Obj) -> float:
+    created = obj.get("metadata", {}).get("creationTimestamp")
+    if not created:
+        return 0.0
+    return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
+
+
+def pod_problem(pod: Obj) -> tuple[str, bool]:
+    """Why a pod is not running (and whether that is a failure rather than a start)."""
+    status = pod.get("status") or {}
+    for c in status.get("containerStatuses") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return waiting["reason"], waiting["reason"] in FAILING
+    scheduled = find_condition(status.get("conditions"), "PodScheduled")
+    if scheduled and scheduled.get("status") == "False":
+        return f"unschedulable: {scheduled.get('message', '')[:120]}", scheduled.get("reason") == "Unschedulable"
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return "not scheduled to a node", False
+    return status.get("phase", "Pending"), False
+
+
+def all_running(pods: list[Obj]) -> bool:
+    return bool(pods) and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+
+def pods_summary(pods: list[Obj]) -> tuple[str, str]:
+    """(reason, message) from the host pods' state: what is running, and what is wrong with the rest."""
+    if not pods:
+        return "Starting", "no pods of this control plane exist on the host yet"
+    parts, failing, waiting_since = [], False, 0.0
+    for component in COMPONENTS:
+        mine = [p for p in pods if p["metadata"].get("labels", {}).get(COMPONENT) == component]
+        running = [p for p in mine if (p.get("status") or {}).get("phase") == "Running"]
+        part = f"{component} {len(running)}/{len(mine)} pods running"
+        problems = []
+        for pod in mine:
+            if pod in running:
+                continue
+            problem, bad = pod_problem(pod)
+            failing |= bad
+            waiting_since = max(waiting_since, age(pod))
+            problems.append(f"{pod['metadata']['name']}: {problem}")
+        parts.append(part + (f" ({'; '.join(problems[:2])})" if problems else ""))
+    summary = "host pods: " + ", ".join(parts)
+    if failing:
+        return "ComponentFailing", summary
+    if waiting_since > STARTUP_GRACE:
+        return "PodsNotRunning", summary
+    if all_running(pods) and max(age(p) for p in pods) > STARTUP_GRACE:
+        return "ApiserverUnreachable", summary
+    return "Starting", summary
