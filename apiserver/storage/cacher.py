@@ -271,7 +271,7 @@ class WatchCache:
             if ev.type == EtcdEvent.DELETE:
                 if prev is None:
                     continue
-                gone = Entry(prev.key, prev.namespace, prev.name, rv, with_rv(prev.obj, rv))
+                gone = Entry.of(prev.key, prev.namespace, prev.name, rv, with_rv(prev.obj, rv))
                 del self._items[key]
                 self._unindex(prev)
                 self._sorted = None

@@ -32,7 +32,7 @@ def decode_entry(layout: KeyLayout, kv: KeyValue, rv: int | None = None) -> Entr
     obj = orjson.loads(kv.value)
     revision = rv if rv is not None else kv.mod_revision
     obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
-    return Entry(kv.key.decode(), where[0], where[1], revision, obj)
+    return Entry.of(kv.key.decode(), where[0], where[1], revision, obj)
 
 
 def with_rv(obj: dict[str, Any], revision: int) -> dict[str, Any]:

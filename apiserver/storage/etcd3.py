@@ -91,10 +91,11 @@ class Store:
                 if from_guess:
                     continue
                 raise
-            if new is None or same(new, current.obj):
+            old = current.obj
+            if new is None or same(new, old):
                 if from_guess:
                     continue
-                return current.obj, current.obj
+                return old, old
             meta = new["metadata"]
             try:
                 if meta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -105,7 +106,7 @@ class Store:
             except EtcdError as e:
                 raise from_etcd(e) from e
             if result.succeeded:
-                return current.obj, with_rv(new, result.header.revision)
+                return old, with_rv(new, result.header.revision)
             if expected_rv is not None and not from_guess:
                 raise StorageError(StorageError.CONFLICT, f"{key}: resourceVersion {expected_rv} is not current")
         raise StorageError(StorageError.TOO_MANY_CONFLICTS, TOO_MANY_CONFLICTS)
