@@ -4,6 +4,7 @@ test_storage_conformance.py's)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -100,6 +101,19 @@ async def test_relabelled_object_leaves_a_filtered_watch_as_deleted(store: Cache
     seen = [await asyncio.wait_for(watcher.queue.get(), 5) for _ in range(2)]
     watcher.stop()
     assert [e.type for e in seen] == [DELETED, ADDED]
+
+
+async def test_cached_objects_give_the_cycle_collector_nothing_to_walk(store: CachedStore) -> None:
+    """A full collection walks every container the process holds; the cache's objects are not among
+    them, however many there are (each entry holds its encoding, its labels and scalars)."""
+    await store.create(obj("walked", ns="gcns", tier="db", team="a"))
+    await store.cache.wait_consistent()
+    [entry] = store.cache.sorted_entries("gcns")
+    gc.collect()
+    assert [type(r).__name__ for r in gc.get_referents(entry) if gc.is_tracked(r) and r is not Entry] == []
+    assert entry.obj["metadata"]["labels"] == {"tier": "db", "team": "a"} == entry.labels
+    entry.obj["metadata"]["labels"]["tier"] = "changed"
+    assert entry.obj["metadata"]["labels"]["tier"] == "db", "each access decodes a private copy"
 
 
 async def test_modified_events_carry_the_new_state(store: CachedStore) -> None:
