@@ -34,7 +34,7 @@ class DryRunnableStorage:
         current = await self.storage.get(namespace, name)
         if expected_rv is not None and expected_rv != str(current.rv):
             raise StorageError(StorageError.CONFLICT, f"{namespace}/{name}: resourceVersion {expected_rv} is not current")
-        new = await update(current.copy())
+        new = await update(current.obj)
         return current.obj, current.obj if new is None else new
 
     async def delete(self, namespace: str, name: str, dry_run: bool,

@@ -90,7 +90,7 @@ class Registry:
 
     async def get(self, namespace: str, name: str, resource_version: str = "") -> Obj:
         """A private copy of the object: the caller may change it (the stored entry is shared)."""
-        return (await self.get_entry(namespace, name, resource_version)).copy()
+        return (await self.get_entry(namespace, name, resource_version)).obj
 
     async def get_entry(self, namespace: str, name: str, resource_version: str = "") -> Entry:
         """One object, shared with every other reader (``entry.json()`` is encoded once)."""

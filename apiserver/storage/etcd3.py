@@ -86,7 +86,7 @@ class Store:
             if expected_rv is not None and expected_rv != str(current.rv):
                 raise StorageError(StorageError.CONFLICT, f"{key}: resourceVersion {expected_rv} is not current")
             try:
-                new = await update(current.copy())
+                new = await update(current.obj)
             except Exception:
                 if from_guess:
                     continue

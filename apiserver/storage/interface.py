@@ -47,15 +47,11 @@ class Entry:
 
     @property
     def obj(self) -> Obj:
-        """The object, decoded afresh: the caller may change it (keep it to use it more than once)."""
+        """The object, decoded afresh: a private copy the caller may change (keep it to use it twice)."""
         return orjson.loads(self.encoded)
 
     def json(self) -> bytes:
         return self.encoded
-
-    def copy(self) -> Obj:
-        """A private copy the caller may change."""
-        return orjson.loads(self.encoded)
 
 
 @dataclass(slots=True)

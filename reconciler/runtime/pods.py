@@ -128,14 +128,16 @@ class PodsRuntime:
     clients: TenantClients = field(default_factory=TenantClients, repr=False)
     # by tenant: the plan and PKI digest its host objects were last applied from, and (endpoint, port) found
     _applied: PassMemo[tuple[str, int]] = field(default_factory=PassMemo, repr=False)
-    objects: HostObjects = field(init=False, repr=False)  # builds every tenant's host objects
 
     def __post_init__(self) -> None:
-        self.objects = HostObjects(self.registry, self.kubernetes_version, self.etcd_image, self.etcd_replicas,
-                                   self.tuning)
         # endpoint_host() is synchronous and is asked before the first ensure(): look the
         # control-plane nodes up now, when constructed inside the server's event loop.
         self._refresh_in_background()
+
+    @property
+    def objects(self) -> HostObjects:
+        """What builds every tenant's host objects, from this runtime's images, etcd size and tuning."""
+        return HostObjects(self.registry, self.kubernetes_version, self.etcd_image, self.etcd_replicas, self.tuning)
 
     # -- the endpoint --------------------------------------------------------------------
 
