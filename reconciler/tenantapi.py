@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import Any
 
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient, access_from_pem
 from certs.tenant import TenantPki
@@ -49,10 +50,11 @@ class TenantClients:
             await client.close()
 
 
-async def remove_node(tenant: KubeClient, name: str) -> None:
-    """A node leaves the tenant: its pods are deleted at once, then the Node itself."""
+async def remove_node(tenant: KubeClient, name: str, pods: list[dict[str, Any]] | None = None) -> None:
+    """A node leaves the tenant: its pods (``pods``, or listed here) are deleted at once, then the Node."""
     try:
-        pods = (await tenant.get("/api/v1/pods", fieldSelector=f"spec.nodeName={name}")).get("items") or []
+        if pods is None:
+            pods = (await tenant.get("/api/v1/pods", fieldSelector=f"spec.nodeName={name}")).get("items") or []
         for pod in pods:
             meta = pod["metadata"]
             with contextlib.suppress(HostError):

@@ -146,7 +146,7 @@ class AgentJoiner:
         await agent.create(protocol.JOIN, request.to_json())
         log.info("node agent of %s re-pointed its kubelet at %s (%s)", name, _owner(vc), tenant.server)
 
-    async def leave(self, vc: Obj, tenant: KubeClient | None, name: str) -> None:
+    async def leave(self, vc: Obj, tenant: KubeClient | None, name: str, pods: list[Obj] | None = None) -> None:
         """The kubelet goes back to the host first, then the tenant forgets the node. An agent that cannot
         be reached raises: a node whose kubelet may still serve a tenant is not handed back."""
         try:
@@ -162,7 +162,7 @@ class AgentJoiner:
             finally:
                 await agent.close()
         if tenant is not None:
-            await remove_node(tenant, name)
+            await remove_node(tenant, name, pods)
 
     async def stop(self, vc: Obj) -> None:
         """Nothing runs per tenant: each node's kubelet was handed back by leave."""

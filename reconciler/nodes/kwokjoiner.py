@@ -74,9 +74,9 @@ class KwokJoiner:
                 node = await tenant.get(f"/api/v1/nodes/{node_name(host_node)}")
         return is_ready(node)
 
-    async def leave(self, vc: Obj, tenant: KubeClient | None, name: str) -> None:
+    async def leave(self, vc: Obj, tenant: KubeClient | None, name: str, pods: list[Obj] | None = None) -> None:
         if tenant is not None:
-            await remove_node(tenant, name)
+            await remove_node(tenant, name, pods)
 
     async def stop(self, vc: Obj) -> None:
         meta = vc["metadata"]

@@ -41,8 +41,9 @@ class NodeJoiner(Protocol):
     async def join(self, vc: Obj, tenant: KubeClient, host_node: Obj, current: Obj | None) -> bool:
         """Make the node part of the tenant (``current``: its tenant Node, if any); True once Ready there."""
 
-    async def leave(self, vc: Obj, tenant: KubeClient | None, name: str) -> None:
-        """Take the node out of the tenant (its pods go with it)."""
+    async def leave(self, vc: Obj, tenant: KubeClient | None, name: str, pods: list[Obj] | None = None) -> None:
+        """Take the node out of the tenant (its pods go with it; ``pods``: the node's tenant pods when the
+        caller listed them for several leaving nodes at once)."""
 
     async def stop(self, vc: Obj) -> None:
         """The tenant is going away: stop whatever keeps its nodes alive."""
@@ -72,6 +73,35 @@ def _taint(value: str) -> dict[str, str]:
     return {"key": CLAIM_LABEL, "value": value, "effect": "NoSchedule"}
 
 
+async def pods_by_node(client: KubeClient, names: set[str]) -> dict[str, list[Obj]]:
+    """The pods of each named node from one list, not one list per node: an apiserver without a watch
+    cache (a lean tenant's) reads every pod from etcd for each list, whatever its field selector."""
+    if not names:
+        return {}
+    if len(names) == 1:
+        pods = await client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={next(iter(names))}")
+    else:
+        pods = await client.get("/api/v1/pods")
+    grouped: dict[str, list[Obj]] = {name: [] for name in names}
+    for pod in pods.get("items") or []:
+        node = (pod.get("spec") or {}).get("nodeName", "")
+        if node in grouped:
+            grouped[node].append(pod)
+    return grouped
+
+
+async def _tenant_pods_by_node(tenant: KubeClient | None, names: set[str]) -> dict[str, list[Obj]]:
+    """The leaving nodes' tenant pods; none known when the tenant does not answer (each node's own
+    removal then lists and reports for itself)."""
+    if tenant is None or len(names) < 2:
+        return {}
+    try:
+        return await pods_by_node(tenant, names)
+    except (HostError, HostUnavailable) as e:
+        log.warning("could not list the tenant's pods of %d leaving nodes: %s", len(names), e)
+        return {}
+
+
 class NodePromoter:
     def __init__(self, host: KubeClient, joiner: NodeJoiner, events: EventRecorder) -> None:
         self.host = host
@@ -94,11 +124,13 @@ class NodePromoter:
         async def bounded(step: Awaitable[Any]) -> Any:
             async with limit:
                 return await step
-        await asyncio.gather(*(bounded(self.release(vc, tenant, by_name[name])) for name in plan.release))
+        leaving = await _tenant_pods_by_node(tenant, set(plan.release))
+        await asyncio.gather(*(bounded(self.release(vc, tenant, by_name[name], leaving.get(name)))
+                               for name in plan.release))
         force = bool(((vc.get("spec") or {}).get("kubeInKubeConfig") or {}).get("forceDestroy"))
         joined = {node_name(n): n for n in (await tenant.get("/api/v1/nodes")).get("items") or []}
         # Only nodes not yet in the tenant still need their host pods drained.
-        pods = await self.host_pods_by_node(set() if force else {n for n in plan.wanted if n not in joined})
+        pods = await pods_by_node(self.host, set() if force else {n for n in plan.wanted if n not in joined})
 
         async def promote(name: str) -> dict[str, str] | None:
             node = by_name[name]
@@ -150,21 +182,6 @@ class NodePromoter:
         await self.events.record(vc, "Normal", "NodeClaimed", f"claimed host node {node_name(node)}")
         return claimed
 
-    async def host_pods_by_node(self, names: set[str]) -> dict[str, list[Obj]]:
-        """One list of the host's pods for every node still to be drained (not one list per node)."""
-        if not names:
-            return {}
-        if len(names) == 1:
-            pods = (await self.host.get("/api/v1/pods", fieldSelector=f"spec.nodeName={next(iter(names))}"))
-        else:
-            pods = await self.host.get("/api/v1/pods")
-        grouped: dict[str, list[Obj]] = {}
-        for pod in pods.get("items") or []:
-            node = (pod.get("spec") or {}).get("nodeName", "")
-            if node in names:
-                grouped.setdefault(node, []).append(pod)
-        return grouped
-
     async def drain_host(self, pods: list[Obj]) -> str:
         """Evict the host's pods from a claimed node; '' once none is left, else why not yet."""
         blocked = []
@@ -192,11 +209,12 @@ class NodePromoter:
                     raise
         return "; ".join(blocked)
 
-    async def release(self, vc: Obj | None, tenant: KubeClient | None, node: Obj) -> None:
+    async def release(self, vc: Obj | None, tenant: KubeClient | None, node: Obj,
+                      pods: list[Obj] | None = None) -> None:
         """Out of the tenant, then back to the host's scheduler: no label, taint or cordon of ours left."""
         name = node_name(node)
         if vc is not None:
-            await self.joiner.leave(vc, tenant, name)
+            await self.joiner.leave(vc, tenant, name, pods)
         await self.unclaim(node)
         if vc is not None:
             await self.events.record(vc, "Normal", "NodeReleased", f"returned host node {name}")
@@ -228,11 +246,12 @@ class NodePromoter:
     async def release_all(self, vc: Obj, tenant: KubeClient | None) -> int:
         owner = _owner(vc)
         mine = [n for n in await self.host_nodes() if claim_of(n) == owner]
+        leaving = await _tenant_pods_by_node(tenant, {node_name(n) for n in mine})
         limit = asyncio.Semaphore(PARALLEL)
 
         async def bounded(node: Obj) -> None:
             async with limit:
-                await self.release(vc, tenant, node)
+                await self.release(vc, tenant, node, leaving.get(node_name(node)))
         await asyncio.gather(*(bounded(n) for n in mine))
         await self.joiner.stop(vc)
         return len(mine)

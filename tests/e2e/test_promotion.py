@@ -73,6 +73,7 @@ def test_promoted_nodes_are_claimed_in_the_host_and_run_tenant_pods(host: Kubect
     assert {p["spec"]["nodeName"] for p in pods} <= set(claimed)
 
     for count in (3, 1):
+        placed = {p["metadata"]["uid"]: p["spec"].get("nodeName") for p in t.json("get", "pods", "-A")["items"]}
         host.run("patch", "vc", "two", "-n", ns, "--type", "json",
                  "-p", json.dumps([{"op": "replace", "path": "/spec/promotePolicies/0/nodeCount", "value": count}]))
         deadline = time.monotonic() + 90
@@ -83,6 +84,10 @@ def test_promoted_nodes_are_claimed_in_the_host_and_run_tenant_pods(host: Kubect
             time.sleep(1)
         assert len(now) == count and ready_tenant_nodes(t) == sorted(now)
         assert_returned(host, [n for n in claims(host) if n not in now and n != "node-control-plane"])
+        # the pods of the nodes that left went with them (not later, by the tenant's pod GC)
+        left = {uid for uid, node in placed.items() if node and node not in now}
+        assert left or count == 3  # scaling to 1 takes two nodes, each with its kube-proxy pod at least
+        assert not left & {p["metadata"]["uid"] for p in t.json("get", "pods", "-A")["items"]}
     wait_phase(host, ns, "two", "Completed")
     host.run("delete", "vc", "two", "-n", ns, "--wait", timeout=120)
     assert_returned(host, list(claims(host)))
