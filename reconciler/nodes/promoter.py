@@ -74,8 +74,9 @@ def _taint(value: str) -> dict[str, str]:
 
 
 async def pods_by_node(client: KubeClient, names: set[str]) -> dict[str, list[Obj]]:
-    """The pods of each named node from one list, not one list per node: an apiserver without a watch
-    cache (a lean tenant's) reads every pod from etcd for each list, whatever its field selector."""
+    """The pods of each named node (an entry for every name, [] for none) from one list, not one list per
+    node: an apiserver without a watch cache (a lean tenant's) reads every pod from etcd for each list,
+    whatever its field selector."""
     if not names:
         return {}
     if len(names) == 1:
@@ -93,7 +94,7 @@ async def pods_by_node(client: KubeClient, names: set[str]) -> dict[str, list[Ob
 async def _tenant_pods_by_node(tenant: KubeClient | None, names: set[str]) -> dict[str, list[Obj]]:
     """The leaving nodes' tenant pods; none known when the tenant does not answer (each node's own
     removal then lists and reports for itself)."""
-    if tenant is None or len(names) < 2:
+    if tenant is None:
         return {}
     try:
         return await pods_by_node(tenant, names)

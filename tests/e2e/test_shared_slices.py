@@ -62,6 +62,11 @@ def tenant_pods(t: Kubectl, *selector: str) -> list[dict[str, Any]]:
     return t.json("get", "pods", *selector)["items"]
 
 
+def staying(pods: list[dict[str, Any]]) -> set[str]:
+    """The uids of the pods no one is deleting."""
+    return {p["metadata"]["uid"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+
+
 def three_running(pods: list[dict[str, Any]]) -> bool:
     """Three pods Running and not leaving (a pod failed HostPodLost stays listed beside its replacement)."""
     return sum(1 for p in pods if p["status"].get("phase") == "Running"
@@ -375,7 +380,7 @@ def test_the_host_down_for_60s_marks_the_node_not_ready_and_deletes_no_tenant_po
         stack: Stack, host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
     _, t = sliced
     # pods their owners are already deleting leave on their own; the outage must take none of the others
-    before = {p["metadata"]["uid"] for p in tenant_pods(t) if not p["metadata"].get("deletionTimestamp")}
+    before = staying(tenant_pods(t))
     stack.host.kill_apiserver()
     down = time.monotonic()
     try:
@@ -383,7 +388,7 @@ def test_the_host_down_for_60s_marks_the_node_not_ready_and_deletes_no_tenant_po
                       timeout=40, what="the node NotReady")
         assert ready["reason"] == "HostAPIUnreachable"
         time.sleep(max(0.0, 60 - (time.monotonic() - down)))
-        assert {p["metadata"]["uid"] for p in tenant_pods(t) if not p["metadata"].get("deletionTimestamp")} == before
+        assert staying(tenant_pods(t)) == before
     finally:
         stack.host.start_apiserver()
     until(lambda: condition(t.json("get", "node", NODE), "Ready"), lambda c: c.get("status") == "True",
