@@ -108,12 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     meta["machine"] = report.machine()
+    families = {"controlplane": controlplane, "promotion": promotion, "hibernation": hibernation,
+                "realnodes": realnodes, "shared": shared, "density": density}
+    for name, result in product.items():
+        result["chart"] = families[name].ratios(result)
     document = report.to_document(results, meta)
     document.update(product)
     report.write_json(args.json, document)
     print(report.render_text(document))
-    families = {"controlplane": controlplane, "promotion": promotion, "hibernation": hibernation,
-                "realnodes": realnodes, "shared": shared, "density": density}
     for name, result in product.items():  # filled in PRODUCT_STEPS order
         print("\n" + families[name].render(result))
     print(f"\nresults: {args.json}")

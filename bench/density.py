@@ -35,7 +35,7 @@ from reconciler.runtime.process import COMPONENTS, ProcessRuntime
 from reconciler.runtime.tuning import LEAN, STOCK, TenantTuning
 
 from .controlplane import Ours, admin_session, proc_kib, rss_kib, start_standalone
-from .stats import percentile
+from .stats import Ratio, percentile
 
 BEGIN, END = "<!-- bench:density:begin -->", "<!-- bench:density:end -->"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -222,6 +222,31 @@ def _label(one: dict[str, Any]) -> str:
     return f"{one['tuning']} (GOGC={one['gogc']})" if "tuning" in one else f"GOGC={one['gogc']}"
 
 
+GOAL_PSS_MIB, GOAL_IDLE_CPU_PCT = 200.0, 1.0
+
+
+def ratios(r: dict[str, Any]) -> list[Ratio]:
+    """The chart's bars at the run's largest tenant count: each tuning's PSS and idle CPU per tenant against
+    the goals (goal / ours, > 1: under the goal), and the tuning's own gain (stock / lean)."""
+    last = {one.get("tuning", ""): one["steps"][-1] for one in _passes(r) if one["steps"]}
+    out: list[Ratio] = []
+    for tuning, s in last.items():
+        n = s["tenants"]
+        if "pss_mib_per_tenant_mean" in s:
+            out.append((f"density, {n} tenants {tuning}: PSS per tenant against {GOAL_PSS_MIB:.0f} MiB",
+                        GOAL_PSS_MIB / s["pss_mib_per_tenant_mean"], 1.0))
+        out.append((f"density, {n} tenants {tuning}: idle CPU per tenant against {GOAL_IDLE_CPU_PCT:g} %",
+                    GOAL_IDLE_CPU_PCT / s["idle_cpu_pct_per_tenant_mean"], 1.0))
+    lean, stock = last.get(LEAN.name), last.get(STOCK.name)
+    if lean and stock:
+        out.append((f"density, {lean['tenants']} tenants: idle CPU, {STOCK.name} / {LEAN.name} tuning",
+                     stock["idle_cpu_pct_per_tenant_mean"] / lean["idle_cpu_pct_per_tenant_mean"], None))
+        if "pss_mib_per_tenant_mean" in lean and "pss_mib_per_tenant_mean" in stock:
+            out.append((f"density, {lean['tenants']} tenants: PSS, {STOCK.name} / {LEAN.name} tuning",
+                         stock["pss_mib_per_tenant_mean"] / lean["pss_mib_per_tenant_mean"], None))
+    return out
+
+
 def render(r: dict[str, Any]) -> str:
     head = (f"{'tenants':>7} {'ready p50':>9} {'p99':>6} {'etcd':>6} {'apisrv':>6} {'kcm':>6} {'sched':>6} "
             f"{'MiB/tn':>7} {'max':>6} {'PSS/tn':>7} {'cpu%/tn':>8} {'max':>6} {'vc MiB':>7} {'vc cpu%':>8}")
@@ -257,7 +282,7 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"Measured {r['measured']}: up to {r['tenants']} tenants (process runtime, no nodes), created one after "
         f"another, each Ready before the next; idle window {r['idle_s']:.0f} s on {r['cpus']} CPUs. RSS is VmRSS "
         "in MiB, the mean per tenant by component; idle CPU is utime + stime over the window, in % of one core "
-        "(goal: ≤ 200 MiB and ≤ 1 % per tenant). RSS counts the binaries' shared pages in every tenant; PSS "
+        f"(goal: ≤ {GOAL_PSS_MIB:.0f} MiB and ≤ {GOAL_IDLE_CPU_PCT:g} % per tenant). RSS counts the binaries' shared pages in every tenant; PSS "
         "splits them among the processes mapping them, so it is what each tenant adds. Each count is measured "
         f"twice in the same run: with vc-apiserver's tuning of the tenant components ({LEAN.name}: GOGC={LEAN.gogc}, "
         "the apiserver's watch cache and storage metric polls off, GOMAXPROCS=1 but for the apiserver's 2), then "

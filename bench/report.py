@@ -25,12 +25,13 @@ from typing import Any
 
 import orjson
 
-from .stats import BASELINE, Results
+from .stats import BASELINE, Ratio, Results
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "bench" / "results" / "latest.json"
 DOCS_MD = REPO / "docs" / "benchmarks.md"
 DOCS_PNG = REPO / "docs" / "benchmarks.png"
+DOCS_JSON = REPO / "docs" / "benchmarks.json"  # the run the docs show, to redraw them from
 BEGIN, END = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"
 RAW_SAMPLES_MAX = 200  # per-round values are kept in the JSON; pooled latencies only as summaries
 SIDES = ("client", "server", "aggregator", "etcd", "other")
@@ -210,8 +211,16 @@ def _chart_entries(doc: Document, target: str) -> list[tuple[str, float]]:
     return [(label, value) for label, value in entries if value is not None and not math.isnan(value)]
 
 
+def product_ratios(doc: Document) -> list[Ratio]:
+    """The product families' bars, in the order the run measured them (each family's ``chart``)."""
+    return [tuple(entry) for value in doc.values() if isinstance(value, dict)  # type: ignore[misc]
+            for entry in value.get("chart", [])]
+
+
 def write_chart(path: Path, doc: Document) -> None:
-    """Horizontal bars of the ratios, one colour per non-baseline target, log scale around 1."""
+    """Horizontal bars of every ratio on a log scale around 1: the API suite's, one colour per
+    non-baseline target, and beneath them the product families' against their floors, each with its
+    goal marked where it has one."""
     import matplotlib
     import matplotlib.ticker
 
@@ -221,40 +230,74 @@ def write_chart(path: Path, doc: Document) -> None:
     others = _others(doc)
     per_target = {name: dict(_chart_entries(doc, name)) for name in others}
     labels = [label for label, _ in _chart_entries(doc, others[0])]
+    product = product_ratios(doc)
+    api_rows = len(labels) * max(1, len(others) * 0.7)
+    heights = [api_rows, len(product) * 0.75] if product else [api_rows]
+    fig, axes = plt.subplots(len(heights), 1, figsize=(10, 0.5 * sum(heights) + 1.8 * len(heights)),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    api_ax = axes[0][0]
     height = 0.8 / len(others)
     colors = ("#2a6f97", "#e09f3e", "#7b2cbf")
-    fig, ax = plt.subplots(figsize=(10, 0.5 * len(labels) * max(1, len(others) * 0.7) + 1.8))
-    values_all = [1.0]
     for i, name in enumerate(others):
         ys = [len(labels) - 1 - n + (len(others) - 1 - 2 * i) * height / 2 for n in range(len(labels))]
         values = [per_target[name].get(label, math.nan) for label in labels]
-        values_all += [v for v in values if not math.isnan(v)]
-        ax.barh(ys, values, height=height, color=colors[i % len(colors)], label=f"{name} vs kube-apiserver + CRD")
-        for y, v in zip(ys, values, strict=True):
-            if not math.isnan(v):
-                ax.text(v, y, f" {v:.2f}x", va="center", ha="left", fontsize=7)
-    ax.set_yticks(range(len(labels)))
-    ax.set_yticklabels(labels[::-1], fontsize=8)
-    ax.axvline(1.0, color="black", linewidth=1)
-    ax.set_xscale("log")
-    low, high = min(values_all) / 1.5, max(values_all) * 2.2
-    ax.set_xlim(low, high)
-    ticks = [t for t in (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50) if low <= t <= high]
-    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
-    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    ax.set_xlabel("ratio (log scale): > 1 means vc-apiserver is faster or smaller than kube-apiserver + CRD")
-    ax.set_title(f"vc-apiserver vs kube-apiserver serving the same resource as a CRD "
-                 f"({doc['meta']['scale']['objects']:,} objects)")
-    ax.legend(loc="lower right", fontsize=8)
+        api_ax.barh(ys, values, height=height, color=colors[i % len(colors)],
+                    label=f"{name} vs kube-apiserver + CRD")
+        _value_labels(api_ax, ys, values)
+    api_ax.set_yticks(range(len(labels)))
+    api_ax.set_yticklabels(labels[::-1], fontsize=8)
+    api_ax.set_xlabel("ratio (log scale): > 1 means vc-apiserver is faster or smaller than kube-apiserver + CRD")
+    api_ax.set_title(f"vc-apiserver vs kube-apiserver serving the same resource as a CRD "
+                     f"({doc['meta']['scale']['objects']:,} objects)", fontsize=10)
+    api_ax.legend(loc="lower right", fontsize=8)
+    _log_axis(api_ax, [v for t in per_target.values() for v in t.values()])
+    if product:
+        ax = axes[1][0]
+        ys = list(range(len(product) - 1, -1, -1))
+        values = [value for _, value, _ in product]
+        ax.barh(ys, values, height=0.6, color=colors[0])
+        _value_labels(ax, ys, values)
+        goals = [(goal, y) for (_, _, goal), y in zip(product, ys, strict=True) if goal is not None]
+        if goals:
+            ax.scatter([g for g, _ in goals], [y for _, y in goals], marker="|", s=300, color="#c1121f",
+                       zorder=3, label="goal: the bar should reach it")
+            ax.legend(loc="lower right", fontsize=8)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([label for label, _, _ in product], fontsize=8)
+        ax.set_xlabel("ratio (log scale): > 1 means ours is faster or smaller than its floor, or under its goal")
+        ax.set_title("the product against its floors and goals", fontsize=10)
+        _log_axis(ax, values + [goal for _, goal in goals])
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _value_labels(ax: Any, ys: list[float], values: list[float]) -> None:
+    for y, v in zip(ys, values, strict=True):
+        if not math.isnan(v):
+            ax.text(v, y, f" {v:.2f}x", va="center", ha="left", fontsize=7)
+
+
+def _log_axis(ax: Any, values: list[float]) -> None:
+    """A log x axis around 1, wide enough for every bar and its label."""
+    import matplotlib.ticker
+
+    shown = [1.0, *(v for v in values if not math.isnan(v))]
+    low, high = min(shown) / 1.5, max(shown) * 2.2
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlim(low, high)
+    ticks = [t for t in (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50) if low <= t <= high]
+    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+
 def write_docs(doc: Document, md: Path = DOCS_MD, png: Path = DOCS_PNG,
-               blocks: Iterable[tuple[str, str, str]] = ()) -> None:
-    """The API suite's block and chart, and the product families' own blocks ``(begin, end, block)``."""
+               blocks: Iterable[tuple[str, str, str]] = (), data: Path = DOCS_JSON) -> None:
+    """The API suite's block and chart, the product families' own blocks ``(begin, end, block)``, and the
+    run itself beside them (``python -m bench.report docs/benchmarks.json`` draws them again)."""
+    write_json(data, doc)
     update_markdown(md, render_markdown(doc))
     write_chart(png, doc)
     for begin, end, block in blocks:

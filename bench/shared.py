@@ -42,6 +42,7 @@ from hack.stack import Stack, StackPorts
 from reconciler.shared import names
 
 from .controlplane import rss_kib
+from .stats import Ratio
 
 GV = "/apis/kosmos.io/v1alpha1"
 NS = "default"  # the VirtualCluster's namespace on the host, and the Deployment's in the tenant
@@ -317,6 +318,11 @@ async def run(workdir: Path, pods: int = 500, rounds: int = 3, say: Callable[[st
 
 
 # -- reports --------------------------------------------------------------------------------------
+
+def ratios(r: dict[str, Any]) -> list[Ratio]:
+    """The chart's bar: the host Deployment's 0 → all Running / ours (> 1: ours is faster); goal ≤ 1.3 alike."""
+    return [(f"shared slice, 0 → {r['pods']} pods Running", 1 / r["ratio_ours_over_floor"], 1 / 1.3)]
+
 
 def render(r: dict[str, Any]) -> str:
     o, f = r["ours"], r["floor"]

@@ -14,6 +14,10 @@ from typing import Any
 
 OURS, BASELINE = "ours", "baseline"
 
+Ratio = tuple[str, float, float | None]
+"""A product family's bar on the chart: its label, the ratio turned like every other (``> 1``: ours is
+faster or smaller than what it is set against) and the family's goal turned the same way, if it has one."""
+
 
 def percentile(values: list[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default), ``q`` in [0, 100]."""
