@@ -1,10 +1,10 @@
 """Promotion benchmark: a host with thousands of kwok nodes, one VirtualCluster asking for hundreds.
 
-Ours: create → ``Completed`` (every promoted node Ready in the tenant), and the time
-to release them all on delete, with vc-apiserver's peak RSS. The floor, in the same
-run: the same host writes (claim + cordon + taint, one PATCH per node) and tenant Node
-creations done by a plain asyncio client at the same concurrency, against a second
-tenant control plane started the same way.
+Ours: create → ``Completed`` (every promoted node Ready in the tenant) less create → Ready of a
+tenant without nodes on the same stack (the control plane's own part), and the time to release
+them all on delete, with vc-apiserver's peak RSS. The floor, in the same run: the same host
+writes (claim + cordon + taint, one PATCH per node) and tenant Node creations done by a plain
+asyncio client at the same concurrency, against that second tenant's control plane.
 """
 
 from __future__ import annotations
@@ -149,9 +149,11 @@ async def run(workdir: Path, host_nodes: int = 5000, wanted: int = 500) -> dict[
             await asyncio.sleep(0.5)
         released = time.perf_counter() - started
         stop.set()
-        # The floor needs a tenant apiserver too: one more VirtualCluster without nodes.
+        # The floor needs a tenant apiserver too: one more VirtualCluster without nodes. Its create → Ready is
+        # also where ours' promotion starts: the pass that first finds a control plane ready promotes before it
+        # writes the status, so the 500-node tenant's ControlPlaneReady shows only after its first claims.
         await host.create(f"{GV}/namespaces/default/virtualclusters", vc("floor", 0))
-        await wait_phase(host, "floor", "Completed", 300)
+        alone = await wait_phase(host, "floor", "Completed", 300)
         raw = await host.get(f"{GV}/namespaces/default/virtualclusters/floor/kubeconfig")
         path = workdir / "floor.kubeconfig"
         path.write_text(json.dumps(raw))
@@ -164,10 +166,10 @@ async def run(workdir: Path, host_nodes: int = 5000, wanted: int = 500) -> dict[
         stop.set()
         await host.close()
         await asyncio.to_thread(stack.down)
-    promotion = completed - control_plane
+    promotion = completed - alone
     return {"host_nodes": host_nodes, "wanted": wanted, "promoted": len(claimed), "node_setup_s": setup,
             "ours_create_to_completed_s": completed, "ours_control_plane_ready_s": control_plane,
-            "ours_promotion_s": promotion, "floor_writes_s": floor_s,
+            "control_plane_alone_s": alone, "ours_promotion_s": promotion, "floor_writes_s": floor_s,
             "ratio_ours_over_floor": promotion / floor_s, "release_all_s": released,
             "vc_apiserver_peak_rss_mib": peak[0] / 1024, "concurrency": PARALLEL}
 
@@ -181,8 +183,10 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join([
         f"promotion ({r['host_nodes']} host nodes, {r['wanted']} wanted)   ours      floor     ours/floor (goal <= 1.5)",
         f"  create -> Completed               {r['ours_create_to_completed_s']:7.1f}s"
-        f"  (control plane ready after {r['ours_control_plane_ready_s']:.1f}s)",
-        f"  control plane ready -> Completed  {r['ours_promotion_s']:7.1f}s  {r['floor_writes_s']:7.1f}s  "
+        f"  (ControlPlaneReady written after {r['ours_control_plane_ready_s']:.1f}s, with the first claims)",
+        *([f"  a tenant without nodes: -> Ready  {r['control_plane_alone_s']:7.1f}s"] if "control_plane_alone_s" in r
+          else []),
+        f"  promotion (the difference)        {r['ours_promotion_s']:7.1f}s  {r['floor_writes_s']:7.1f}s  "
         f"{r['ratio_ours_over_floor']:.2f}",
         f"  release all on delete             {r['release_all_s']:7.1f}s",
         f"  vc-apiserver peak RSS             {r['vc_apiserver_peak_rss_mib']:7.0f} MiB",

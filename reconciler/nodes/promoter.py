@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 PARALLEL = 16  # node operations in flight per VirtualCluster
+EVENT_NAMES = 10  # node names an event of several claims or releases spells out
+CLAIM_ATTEMPTS = 5  # writes of one claim while the node keeps changing under it (heartbeats); then the next pass
 
 
 class NodeJoiner(Protocol):
@@ -71,6 +73,14 @@ def _owner(vc: Obj) -> str:
 
 def _taint(value: str) -> dict[str, str]:
     return {"key": CLAIM_LABEL, "value": value, "effect": "NoSchedule"}
+
+
+def _still_chosen(spec: Obj, seen: Obj, now: Obj) -> bool:
+    """A node read again after a conflict is still one the plan would choose: free, named or selected by
+    the spec (a controller may have added labels, as the host's node lifecycle controller adds the
+    ``beta.kubernetes.io`` ones), and with the allocatable the plan counted."""
+    return (selection.eligible(spec, now)
+            and (now.get("status") or {}).get("allocatable") == (seen.get("status") or {}).get("allocatable"))
 
 
 async def pods_by_node(client: KubeClient, names: set[str]) -> dict[str, list[Obj]]:
@@ -128,24 +138,39 @@ class NodePromoter:
         leaving = await _tenant_pods_by_node(tenant, set(plan.release))
         await asyncio.gather(*(bounded(self.release(vc, tenant, by_name[name], leaving.get(name)))
                                for name in plan.release))
+        await self._record(vc, "NodeReleased", "returned", plan.release)
         force = bool(((vc.get("spec") or {}).get("kubeInKubeConfig") or {}).get("forceDestroy"))
         joined = {node_name(n): n for n in (await tenant.get("/api/v1/nodes")).get("items") or []}
         # Only nodes not yet in the tenant still need their host pods drained.
         pods = await pods_by_node(self.host, set() if force else {n for n in plan.wanted if n not in joined})
+        claimed_now: list[str] = []
 
         async def promote(name: str) -> dict[str, str] | None:
             node = by_name[name]
             if claim_of(node) != owner:
                 claimed = await self.claim(vc, node)
                 if claimed is None:
-                    report.shortages.append(f"node {name} was claimed by someone else meanwhile")
+                    report.shortages.append(f"node {name} was claimed by someone else, or stopped being free, meanwhile")
                     return None
                 node = claimed
+                claimed_now.append(name)
             draining = None if force or name in joined else pods.get(name, [])
             return {"name": name, "phase": await self._promote(vc, tenant, node, joined.get(name), draining, report)}
-        results = await asyncio.gather(*(bounded(promote(name)) for name in plan.wanted))
+        try:
+            results = await asyncio.gather(*(bounded(promote(name)) for name in plan.wanted))
+        finally:  # the claims made stay made (and told) when a later step of the pass fails
+            await self._record(vc, "NodeClaimed", "claimed", claimed_now)
         report.nodes = [r for r in results if r is not None]
         return report
+
+    async def _record(self, vc: Obj, reason: str, verb: str, names: list[str]) -> None:
+        """One event for the nodes a pass claimed or returned together, not one per node: a promotion of
+        hundreds would otherwise write as many events to the host as it claims nodes."""
+        if not names:
+            return
+        shown = ", ".join(sorted(names)[:EVENT_NAMES])
+        more = f" and {len(names) - EVENT_NAMES} more" if len(names) > EVENT_NAMES else ""
+        await self.events.record(vc, "Normal", reason, f"{verb} {len(names)} host node(s): {shown}{more}")
 
     async def _promote(self, vc: Obj, tenant: KubeClient, node: Obj, joined: Obj | None,
                        draining: list[Obj] | None, report: NodeReport) -> str:
@@ -164,24 +189,41 @@ class NodePromoter:
     # -- host side ---------------------------------------------------------------------
 
     async def claim(self, vc: Obj, node: Obj) -> Obj | None:
-        """Claim, cordon and taint in one write, guarded by the node's resourceVersion."""
+        """Claim, cordon and taint in one write, guarded by the node's resourceVersion. A node that
+        changed since the plan saw it (a heartbeat, a condition) is read again and claimed if it is
+        still what the plan chose: free, with the labels and allocatable the plan went by."""
         meta = vc["metadata"]
         value = selection.claim_value(meta["namespace"], meta["name"])
-        spec = node.get("spec") or {}
-        taints = [t for t in spec.get("taints") or [] if t.get("key") != CLAIM_LABEL] + [_taint(value)]
-        body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
-                             "labels": {CLAIM_LABEL: value},
-                             "annotations": {CLAIM_ANNOTATION: _owner(vc), CLAIMED_AT: now_rfc3339(),
-                                             WAS_UNSCHEDULABLE: "true" if spec.get("unschedulable") else "false"}},
-                "spec": {"unschedulable": True, "taints": taints}}
+        name = node_name(node)
+        seen = node
+        for _ in range(CLAIM_ATTEMPTS):
+            spec = node.get("spec") or {}
+            taints = [t for t in spec.get("taints") or [] if t.get("key") != CLAIM_LABEL] + [_taint(value)]
+            body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
+                                 "labels": {CLAIM_LABEL: value},
+                                 "annotations": {CLAIM_ANNOTATION: _owner(vc), CLAIMED_AT: now_rfc3339(),
+                                                 WAS_UNSCHEDULABLE: "true" if spec.get("unschedulable") else "false"}},
+                    "spec": {"unschedulable": True, "taints": taints}}
+            try:
+                claimed = await self.host.patch(f"/api/v1/nodes/{name}", body)
+            except HostError as e:
+                if e.code == 409:
+                    node = await self._reread(name)
+                    if node is not None and _still_chosen(vc.get("spec") or {}, seen, node):
+                        continue
+                if e.code in (404, 409):
+                    return None
+                raise
+            return claimed
+        return None
+
+    async def _reread(self, name: str) -> Obj | None:
         try:
-            claimed = await self.host.patch(f"/api/v1/nodes/{node_name(node)}", body)
+            return dict(await self.host.get(f"/api/v1/nodes/{name}"))
         except HostError as e:
-            if e.code in (404, 409):
+            if e.code == 404:
                 return None
             raise
-        await self.events.record(vc, "Normal", "NodeClaimed", f"claimed host node {node_name(node)}")
-        return claimed
 
     async def drain_host(self, pods: list[Obj]) -> str:
         """Evict the host's pods from a claimed node; '' once none is left, else why not yet."""
@@ -213,12 +255,9 @@ class NodePromoter:
     async def release(self, vc: Obj | None, tenant: KubeClient | None, node: Obj,
                       pods: list[Obj] | None = None) -> None:
         """Out of the tenant, then back to the host's scheduler: no label, taint or cordon of ours left."""
-        name = node_name(node)
         if vc is not None:
-            await self.joiner.leave(vc, tenant, name, pods)
+            await self.joiner.leave(vc, tenant, node_name(node), pods)
         await self.unclaim(node)
-        if vc is not None:
-            await self.events.record(vc, "Normal", "NodeReleased", f"returned host node {name}")
 
     async def unclaim(self, node: Obj) -> None:
         name = node_name(node)
@@ -241,7 +280,10 @@ class NodePromoter:
                     return
                 if e.code != 409:
                     raise
-            node = await self.host.get(f"/api/v1/nodes/{name}")
+            fresh = await self._reread(name)
+            if fresh is None:
+                return
+            node = fresh
         raise HostUnavailable(f"node {name} kept changing while being released")
 
     async def release_all(self, vc: Obj, tenant: KubeClient | None) -> int:
@@ -254,6 +296,7 @@ class NodePromoter:
             async with limit:
                 await self.release(vc, tenant, node, leaving.get(node_name(node)))
         await asyncio.gather(*(bounded(n) for n in mine))
+        await self._record(vc, "NodeReleased", "returned", [node_name(n) for n in mine])
         await self.joiner.stop(vc)
         return len(mine)
 

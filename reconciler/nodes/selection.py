@@ -68,6 +68,21 @@ def free(node: Node) -> bool:
             and not (node.get("spec") or {}).get("unschedulable"))
 
 
+def eligible(spec: Mapping[str, Any], node: Node) -> bool:
+    """Whether the spec could choose this node for a new claim: free, and named by it, matched by one of its
+    promote policies' selectors, or any free node where it asks for dedicated resources."""
+    if not free(node):
+        return False
+    resources = spec.get("promoteResources") or {}
+    name = node_name(node)
+    if name in (resources.get("nodes") or []) or any(i.get("nodeName") == name for i in resources.get("nodeInfos") or []):
+        return True
+    if any(selector_from_label_selector(p.get("labelSelector")).matches(labels(node))
+           for p in spec.get("promotePolicies") or [] if int(p.get("nodeCount") or 0) > 0):
+        return True
+    return bool(dedicated_resources(spec))
+
+
 def allocatable(node: Node, resource: str) -> Decimal:
     value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
     if value is None:

@@ -15,11 +15,16 @@ import pytest
 import yaml
 from cryptography import x509
 
+from apiserver.kubeclient.client import KubeClient
+from apiserver.kubeclient.events import EventRecorder
 from certs import pki
 from certs.tenant import TenantPki
-from hack.harness import fake_node
+from hack.harness import BIN, fake_node, wait_until
 from hack.stack import Stack
-from reconciler.nodes.selection import CLAIM_LABEL
+from reconciler.nodes.kwokjoiner import KwokJoiner
+from reconciler.nodes.promoter import NodePromoter
+from reconciler.nodes.selection import CLAIM_LABEL, claim_of, is_ready
+from reconciler.runtime.process import ProcessRuntime
 from tests.conftest import EXAMPLES, Kubectl, process_stack, vc
 from tests.support.promotion import (
     GV,
@@ -308,3 +313,34 @@ def test_an_expired_tenant_credential_is_refused(stack: Stack, host: Kubectl, tm
     refused = Kubectl(path).run("get", "ns", "default", check=False)
     assert refused.returncode != 0 and "You must be logged in to the server" in refused.stderr
     host.run("delete", "vc", "short", "-n", ns, "--wait", timeout=120)
+
+
+async def test_a_claim_whose_node_changed_since_the_plan_is_retried_unless_the_spec_no_longer_selects_it(
+        stack: Stack, host: Kubectl) -> None:
+    owner = {"metadata": {"namespace": "stale", "name": "claimer"}, "spec": policy(2, type="stale-claim")}
+    nodes = {name: fake_node(name, 0, labels={"type": "stale-claim"}) for name in ("heartbeat", "relabelled")}
+    host.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(nodes.values())}))
+    client = KubeClient.from_kubeconfig(stack.kubeconfig)
+    promoter = NodePromoter(client, KwokJoiner(ProcessRuntime(stack.root / "unused", BIN)),
+                            EventRecorder(None))
+    try:
+        wait_until(lambda: all(is_ready(host.json("get", "node", n)) for n in nodes), 60, "kwok marks the nodes Ready")
+        seen = {n: host.json("get", "node", n) for n in nodes}
+        # Both change after the plan read them: one as a heartbeat and the host's node lifecycle controller
+        # would (an annotation, an added label), one in the label the spec's selector goes by.
+        host.run("annotate", "node", "heartbeat", "example.com/heartbeat=1")
+        host.run("label", "node", "heartbeat", "beta.kubernetes.io/os=linux")
+        host.run("label", "node", "relabelled", "type=elsewhere", "--overwrite")
+
+        claimed = await promoter.claim(owner, seen["heartbeat"])
+        refused = await promoter.claim(owner, seen["relabelled"])
+
+        assert claimed is not None and claim_of(claimed) == "stale/claimer"
+        assert claim_of(host.json("get", "node", "heartbeat")) == "stale/claimer"
+        assert refused is None
+        assert claim_of(host.json("get", "node", "relabelled")) == ""
+        await promoter.unclaim(claimed)
+        assert claim_of(host.json("get", "node", "heartbeat")) == ""
+    finally:
+        await client.close()
+        host.run("delete", "node", *nodes, "--ignore-not-found")

@@ -26,6 +26,7 @@ from reconciler.nodes.selection import (
     CLAIMED_AT,
     Plan,
     claim_value,
+    eligible,
     plan,
     requests_nodes,
 )
@@ -228,6 +229,29 @@ def test_ineligible_nodes_do_not_count_as_free_in_a_shortage(kind: str) -> None:
     result = plan(policies(policy(2)), host, OWNER)
     assert "node-a" not in result.wanted
     assert result.shortages == ["promotePolicies[0] needs 2 node(s) matching any labels, 1 available (1 free)"]
+
+
+@pytest.mark.parametrize("kind", list(INELIGIBLE))
+def test_an_ineligible_node_is_no_longer_eligible_for_a_claim_whatever_the_spec(kind: str) -> None:
+    assert not eligible(policies(policy(1)), INELIGIBLE[kind]("node-a"))
+    assert not eligible({"promoteResources": {"nodes": ["node-a"]}}, INELIGIBLE[kind]("node-a"))
+
+
+def test_a_free_node_stays_eligible_with_added_labels_while_a_selector_still_matches_it() -> None:
+    spec = policies(policy(1, {"matchLabels": {"pool": "a"}}),
+                    policy(0, {"matchLabels": {"pool": "b"}}))
+    assert eligible(spec, node("n", labels={"pool": "a", "beta.kubernetes.io/os": "linux"}))
+    assert not eligible(spec, node("n", labels={"pool": "c"}))
+    assert not eligible(spec, node("n", labels={"pool": "b"}))  # a policy wanting no node chooses none
+
+
+def test_a_named_node_and_any_free_node_for_dedicated_resources_are_eligible() -> None:
+    assert eligible({"promoteResources": {"nodeInfos": [{"nodeName": "n"}]}}, node("n", labels={"pool": "x"}))
+    assert not eligible({"promoteResources": {"nodes": ["other"]}}, node("n"))
+    assert eligible(dedicated({"cpu": 4}), node("n", labels={"pool": "x"}))
+    a_shared_slice = {"promoteResources": {"resources": {"cpu": 1}}}
+    assert shared_slice(a_shared_slice) is not None
+    assert not eligible(a_shared_slice, node("n"))
 
 
 def test_resources_never_take_ineligible_nodes() -> None:
