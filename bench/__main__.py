@@ -111,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     families = {"controlplane": controlplane, "promotion": promotion, "hibernation": hibernation,
                 "realnodes": realnodes, "shared": shared, "density": density}
     for name, result in product.items():
-        result["chart"] = families[name].ratios(result)
+        try:
+            result["chart"] = families[name].ratios(result)
+        except (ArithmeticError, KeyError) as e:  # a bar short is no reason to lose the run's results
+            log(f"bench: no chart bars for {name}: {e!r}")
     document = report.to_document(results, meta)
     document.update(product)
     report.write_json(args.json, document)

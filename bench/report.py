@@ -212,9 +212,10 @@ def _chart_entries(doc: Document, target: str) -> list[tuple[str, float]]:
 
 
 def product_ratios(doc: Document) -> list[Ratio]:
-    """The product families' bars, in the order the run measured them (each family's ``chart``)."""
-    return [tuple(entry) for value in doc.values() if isinstance(value, dict)  # type: ignore[misc]
-            for entry in value.get("chart", [])]
+    """The product families' bars, in the order the run measured them (each family's ``chart``); a ratio
+    a log axis cannot show (a smoke run's promotion can come out at or under zero) is left out."""
+    return [(label, value, goal) for family in doc.values() if isinstance(family, dict)
+            for label, value, goal in family.get("chart", []) if math.isfinite(value) and value > 0]
 
 
 def write_chart(path: Path, doc: Document) -> None:
@@ -296,7 +297,8 @@ def _log_axis(ax: Any, values: list[float]) -> None:
 def write_docs(doc: Document, md: Path = DOCS_MD, png: Path = DOCS_PNG,
                blocks: Iterable[tuple[str, str, str]] = (), data: Path = DOCS_JSON) -> None:
     """The API suite's block and chart, the product families' own blocks ``(begin, end, block)``, and the
-    run itself beside them (``python -m bench.report docs/benchmarks.json`` draws them again)."""
+    run itself beside them (``python -m bench.report docs/benchmarks.json`` draws the block and the chart
+    again)."""
     write_json(data, doc)
     update_markdown(md, render_markdown(doc))
     write_chart(png, doc)

@@ -75,12 +75,11 @@ def _taint(value: str) -> dict[str, str]:
     return {"key": CLAIM_LABEL, "value": value, "effect": "NoSchedule"}
 
 
-def _still_chosen(spec: Obj, seen: Obj, now: Obj) -> bool:
-    """A node read again after a conflict is still one the plan would choose: free, named or selected by
-    the spec (a controller may have added labels, as the host's node lifecycle controller adds the
-    ``beta.kubernetes.io`` ones), and with the allocatable the plan counted."""
-    return (selection.eligible(spec, now)
-            and (now.get("status") or {}).get("allocatable") == (seen.get("status") or {}).get("allocatable"))
+def _raise_first(results: list[Any]) -> None:
+    """Steps gathered with ``return_exceptions``: the first failure is the pass's."""
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 async def pods_by_node(client: KubeClient, names: set[str]) -> dict[str, list[Obj]]:
@@ -136,9 +135,8 @@ class NodePromoter:
             async with limit:
                 return await step
         leaving = await _tenant_pods_by_node(tenant, set(plan.release))
-        await asyncio.gather(*(bounded(self.release(vc, tenant, by_name[name], leaving.get(name)))
-                               for name in plan.release))
-        await self._record(vc, "NodeReleased", "returned", plan.release)
+        await self._releases(vc, [(by_name[name], bounded(self.release(vc, tenant, by_name[name], leaving.get(name))))
+                                  for name in plan.release])
         force = bool(((vc.get("spec") or {}).get("kubeInKubeConfig") or {}).get("forceDestroy"))
         joined = {node_name(n): n for n in (await tenant.get("/api/v1/nodes")).get("items") or []}
         # Only nodes not yet in the tenant still need their host pods drained.
@@ -156,12 +154,19 @@ class NodePromoter:
                 claimed_now.append(name)
             draining = None if force or name in joined else pods.get(name, [])
             return {"name": name, "phase": await self._promote(vc, tenant, node, joined.get(name), draining, report)}
-        try:
-            results = await asyncio.gather(*(bounded(promote(name)) for name in plan.wanted))
-        finally:  # the claims made stay made (and told) when a later step of the pass fails
-            await self._record(vc, "NodeClaimed", "claimed", claimed_now)
+        results = await asyncio.gather(*(bounded(promote(name)) for name in plan.wanted), return_exceptions=True)
+        await self._record(vc, "NodeClaimed", "claimed", claimed_now)  # every claim made, whatever failed after
+        _raise_first(results)
         report.nodes = [r for r in results if r is not None]
         return report
+
+    async def _releases(self, vc: Obj, steps: list[tuple[Obj, Awaitable[None]]]) -> None:
+        """Release nodes together; one event for those returned, even when another failed (then raised)."""
+        results = await asyncio.gather(*(step for _, step in steps), return_exceptions=True)
+        await self._record(vc, "NodeReleased", "returned",
+                           [node_name(node) for (node, _), r in zip(steps, results, strict=True)
+                            if not isinstance(r, BaseException)])
+        _raise_first(results)
 
     async def _record(self, vc: Obj, reason: str, verb: str, names: list[str]) -> None:
         """One event for the nodes a pass claimed or returned together, not one per node: a promotion of
@@ -190,8 +195,8 @@ class NodePromoter:
 
     async def claim(self, vc: Obj, node: Obj) -> Obj | None:
         """Claim, cordon and taint in one write, guarded by the node's resourceVersion. A node that
-        changed since the plan saw it (a heartbeat, a condition) is read again and claimed if it is
-        still what the plan chose: free, with the labels and allocatable the plan went by."""
+        changed since the plan saw it (a heartbeat, a label added elsewhere) is read again and claimed
+        if the plan would still choose it (:func:`selection.still_chosen`)."""
         meta = vc["metadata"]
         value = selection.claim_value(meta["namespace"], meta["name"])
         name = node_name(node)
@@ -208,8 +213,11 @@ class NodePromoter:
                 claimed = await self.host.patch(f"/api/v1/nodes/{name}", body)
             except HostError as e:
                 if e.code == 409:
-                    node = await self._reread(name)
-                    if node is not None and _still_chosen(vc.get("spec") or {}, seen, node):
+                    fresh = await self._reread(name)
+                    if fresh is not None and claim_of(fresh) == _owner(vc):
+                        return fresh  # ours already: a claim whose answer was lost, or another replica's
+                    if fresh is not None and selection.still_chosen(vc.get("spec") or {}, seen, fresh):
+                        node = fresh
                         continue
                 if e.code in (404, 409):
                     return None
@@ -295,8 +303,7 @@ class NodePromoter:
         async def bounded(node: Obj) -> None:
             async with limit:
                 await self.release(vc, tenant, node, leaving.get(node_name(node)))
-        await asyncio.gather(*(bounded(n) for n in mine))
-        await self._record(vc, "NodeReleased", "returned", [node_name(n) for n in mine])
+        await self._releases(vc, [(n, bounded(n)) for n in mine])
         await self.joiner.stop(vc)
         return len(mine)
 

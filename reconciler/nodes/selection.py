@@ -68,19 +68,27 @@ def free(node: Node) -> bool:
             and not (node.get("spec") or {}).get("unschedulable"))
 
 
-def eligible(spec: Mapping[str, Any], node: Node) -> bool:
-    """Whether the spec could choose this node for a new claim: free, and named by it, matched by one of its
-    promote policies' selectors, or any free node where it asks for dedicated resources."""
-    if not free(node):
-        return False
+def named_nodes(spec: Mapping[str, Any]) -> list[str]:
+    """The nodes the spec names (``promoteResources.nodes``, then ``nodeInfos``), each once, in order."""
     resources = spec.get("promoteResources") or {}
-    name = node_name(node)
-    if name in (resources.get("nodes") or []) or any(i.get("nodeName") == name for i in resources.get("nodeInfos") or []):
-        return True
-    if any(selector_from_label_selector(p.get("labelSelector")).matches(labels(node))
-           for p in spec.get("promotePolicies") or [] if int(p.get("nodeCount") or 0) > 0):
-        return True
-    return bool(dedicated_resources(spec))
+    return list(dict.fromkeys([*(resources.get("nodes") or []),
+                               *(i.get("nodeName", "") for i in resources.get("nodeInfos") or [])]))
+
+
+def still_chosen(spec: Mapping[str, Any], seen: Node, now: Node) -> bool:
+    """Whether a node the plan chose as ``seen``, read again as ``now`` after it changed, would be chosen
+    the same way: still free, matched or not by each promote policy's selector as before (labels added
+    elsewhere, as the host's node lifecycle controller adds the ``beta.kubernetes.io`` ones, keep it),
+    and, where the spec asks for resources, with the allocatable the plan counted."""
+    if not free(now):
+        return False
+    for policy in spec.get("promotePolicies") or []:
+        if int(policy.get("nodeCount") or 0) > 0:
+            selector = selector_from_label_selector(policy.get("labelSelector"))
+            if selector.matches(labels(seen)) != selector.matches(labels(now)):
+                return False
+    return not dedicated_resources(spec) or (
+        (now.get("status") or {}).get("allocatable") == (seen.get("status") or {}).get("allocatable"))
 
 
 def allocatable(node: Node, resource: str) -> Decimal:
@@ -138,10 +146,7 @@ def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str) -> Pla
         chosen.append(name)
         (result.keep if claim_of(node) == owner else result.claim).append(name)
 
-    resources = spec.get("promoteResources") or {}
-    named = list(dict.fromkeys([*(resources.get("nodes") or []),
-                                *(i.get("nodeName", "") for i in resources.get("nodeInfos") or [])]))
-    for name in named:
+    for name in named_nodes(spec):
         node = by_name.get(name)
         if node is None:
             result.shortages.append(f"node {name} does not exist")

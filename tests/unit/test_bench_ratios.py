@@ -54,8 +54,8 @@ def test_density_sets_each_tuning_against_the_goals_and_the_tunings_against_each
     assert len(bars) == 6
 
 
-def test_the_chart_takes_the_product_bars_in_the_documents_order_and_skips_what_has_none() -> None:
-    doc = {"meta": {}, "metrics": [], "promotion": {"chart": [["promotion", 0.5, 0.67]]},
-           "hibernation": {"wake_median_s": 3.0}, "shared": {"chart": [["shared", 1.1, None]]}}
+def test_the_chart_takes_the_product_bars_in_the_documents_order_and_skips_what_a_log_axis_cannot_show() -> None:
+    doc = {"meta": {}, "metrics": [], "promotion": {"chart": [["promotion", 0.5, 0.67], ["smoke", -0.2, None]]},
+           "hibernation": {"wake_median_s": 3.0}, "shared": {"chart": [["shared", 1.1, None], ["nan", float("nan"), 1]]}}
 
     assert report.product_ratios(doc) == [("promotion", 0.5, 0.67), ("shared", 1.1, None)]

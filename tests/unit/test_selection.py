@@ -26,9 +26,10 @@ from reconciler.nodes.selection import (
     CLAIMED_AT,
     Plan,
     claim_value,
-    eligible,
+    named_nodes,
     plan,
     requests_nodes,
+    still_chosen,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -232,26 +233,33 @@ def test_ineligible_nodes_do_not_count_as_free_in_a_shortage(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", list(INELIGIBLE))
-def test_an_ineligible_node_is_no_longer_eligible_for_a_claim_whatever_the_spec(kind: str) -> None:
-    assert not eligible(policies(policy(1)), INELIGIBLE[kind]("node-a"))
-    assert not eligible({"promoteResources": {"nodes": ["node-a"]}}, INELIGIBLE[kind]("node-a"))
+def test_a_node_that_stopped_being_free_since_the_plan_is_no_longer_chosen(kind: str) -> None:
+    assert not still_chosen(policies(policy(1)), node("node-a"), INELIGIBLE[kind]("node-a"))
+    assert not still_chosen({"promoteResources": {"nodes": ["node-a"]}}, node("node-a"), INELIGIBLE[kind]("node-a"))
 
 
-def test_a_free_node_stays_eligible_with_added_labels_while_a_selector_still_matches_it() -> None:
-    spec = policies(policy(1, {"matchLabels": {"pool": "a"}}),
-                    policy(0, {"matchLabels": {"pool": "b"}}))
-    assert eligible(spec, node("n", labels={"pool": "a", "beta.kubernetes.io/os": "linux"}))
-    assert not eligible(spec, node("n", labels={"pool": "c"}))
-    assert not eligible(spec, node("n", labels={"pool": "b"}))  # a policy wanting no node chooses none
+def test_labels_added_since_the_plan_keep_a_node_chosen_while_every_selector_sees_it_the_same() -> None:
+    spec = policies(policy(1, {"matchLabels": {"pool": "a"}}), policy(1, {"matchLabels": {"pool": "b"}}),
+                    policy(0, {"matchLabels": {"gpu": "yes"}}))
+    seen = node("n", labels={"pool": "a"})
+    assert still_chosen(spec, seen, node("n", labels={"pool": "a", "beta.kubernetes.io/os": "linux"}))
+    assert still_chosen(spec, seen, node("n", labels={"pool": "a", "gpu": "yes"}))  # a policy wanting no node
+    assert not still_chosen(spec, seen, node("n", labels={"pool": "b"}))  # now another policy's node
+    assert not still_chosen(spec, seen, node("n", labels={}))
 
 
-def test_a_named_node_and_any_free_node_for_dedicated_resources_are_eligible() -> None:
-    assert eligible({"promoteResources": {"nodeInfos": [{"nodeName": "n"}]}}, node("n", labels={"pool": "x"}))
-    assert not eligible({"promoteResources": {"nodes": ["other"]}}, node("n"))
-    assert eligible(dedicated({"cpu": 4}), node("n", labels={"pool": "x"}))
-    a_shared_slice = {"promoteResources": {"resources": {"cpu": 1}}}
-    assert shared_slice(a_shared_slice) is not None
-    assert not eligible(a_shared_slice, node("n"))
+def test_a_changed_allocatable_unchooses_a_node_only_where_the_spec_counts_resources() -> None:
+    seen, now = node("n", cpu="8"), node("n", cpu="4")
+    assert not still_chosen(dedicated({"cpu": 8}), seen, now)
+    assert still_chosen(dedicated({"cpu": 8}), seen, node("n", cpu="8"))
+    assert still_chosen(policies(policy(1)), seen, now)
+    assert still_chosen({"promoteResources": {"nodes": ["n"]}}, seen, now)
+
+
+def test_the_named_nodes_are_the_nodes_then_the_node_infos_each_once() -> None:
+    spec = {"promoteResources": {"nodes": ["b", "a"], "nodeInfos": [{"nodeName": "a"}, {"nodeName": "c"}]}}
+    assert named_nodes(spec) == ["b", "a", "c"]
+    assert named_nodes({}) == []
 
 
 def test_resources_never_take_ineligible_nodes() -> None:
