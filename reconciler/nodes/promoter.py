@@ -75,6 +75,13 @@ def _taint(value: str) -> dict[str, str]:
     return {"key": CLAIM_LABEL, "value": value, "effect": "NoSchedule"}
 
 
+def nodes_message(verb: str, names: list[str]) -> str:
+    """An event's message for several nodes: how many, and the first :data:`EVENT_NAMES` by name."""
+    shown = ", ".join(sorted(names)[:EVENT_NAMES])
+    more = f" and {len(names) - EVENT_NAMES} more" if len(names) > EVENT_NAMES else ""
+    return f"{verb} {len(names)} host node(s): {shown}{more}"
+
+
 def _raise_first(results: list[Any]) -> None:
     """Steps gathered with ``return_exceptions``: the first failure is the pass's."""
     for result in results:
@@ -171,11 +178,8 @@ class NodePromoter:
     async def _record(self, vc: Obj, reason: str, verb: str, names: list[str]) -> None:
         """One event for the nodes a pass claimed or returned together, not one per node: a promotion of
         hundreds would otherwise write as many events to the host as it claims nodes."""
-        if not names:
-            return
-        shown = ", ".join(sorted(names)[:EVENT_NAMES])
-        more = f" and {len(names) - EVENT_NAMES} more" if len(names) > EVENT_NAMES else ""
-        await self.events.record(vc, "Normal", reason, f"{verb} {len(names)} host node(s): {shown}{more}")
+        if names:
+            await self.events.record(vc, "Normal", reason, nodes_message(verb, names))
 
     async def _promote(self, vc: Obj, tenant: KubeClient, node: Obj, joined: Obj | None,
                        draining: list[Obj] | None, report: NodeReport) -> str:

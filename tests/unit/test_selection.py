@@ -668,3 +668,4 @@ def test_tenant_node_of_a_bare_node_has_empty_maps() -> None:
     tenant = tenant_node({"metadata": {"name": "bare"}})
     assert tenant["metadata"]["labels"] == {}
     assert tenant["status"] == {"capacity": {}, "allocatable": {}}
+
