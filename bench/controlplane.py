@@ -35,6 +35,10 @@ from .stats import Ratio, percentile
 
 POLL = 0.05
 FLOORS = "floor"  # the namespace-like directory floors are claimed under in their runtime
+# Below the kernel's ephemeral ports (32768 up, here), apart from ours' 20000-29999: a floor's port taken by
+# an outgoing connection stops its etcd from starting (a run once waited on such a floor for half an hour).
+FLOOR_PORTS = (10000, 19999)
+FLOOR_TIMEOUT = 120.0  # seconds: a floor ready in a few (docs/benchmarks.md) that is not by then has failed
 BEGIN, END = "<!-- bench:controlplane:begin -->", "<!-- bench:controlplane:end -->"
 
 
@@ -126,9 +130,11 @@ async def floor_start(runtime: ProcessRuntime, pki: tenantpki.TenantPki, base: P
     # bootstrapped RBAC): etcd + apiserver, then the other two as soon as /readyz answers.
     for c in ("etcd", "kube-apiserver"):
         runtime.spawn(base, c, commands[c])
-    while True:  # polled at the same granularity as ours is measured
-        if await runtime.readyz(FLOORS, base.name, endpoint, pki):
-            break
+    while not await runtime.readyz(FLOORS, base.name, endpoint, pki):  # polled as ours is measured
+        dead = [c for c in ("etcd", "kube-apiserver") if not runtime.alive(runtime.pid(base, c), base)]
+        if dead or time.perf_counter() - started > FLOOR_TIMEOUT:
+            why = f"{' and '.join(dead)} exited" if dead else f"not ready after {FLOOR_TIMEOUT:.0f} s"
+            raise RuntimeError(f"floor control plane {base.name}: {why} (logs in {base / 'logs'})")
         await asyncio.sleep(POLL)
     for c in ("kube-controller-manager", "kube-scheduler"):
         runtime.spawn(base, c, commands[c])
@@ -158,7 +164,7 @@ async def run(workdir: Path, rounds: int = 20, concurrent: int = 10) -> dict[str
     """create → Ready (ours) and start → ready (floor): ``rounds`` alternating one at a time, then
     ``concurrent`` of each at once; and one tenant's RSS."""
     pki_files, etcd, api = start_standalone(workdir, "--concurrent-reconciles", str(concurrent))
-    floor_runtime = ProcessRuntime(workdir / "floor", BIN, (30000, 34999))
+    floor_runtime = ProcessRuntime(workdir / "floor", BIN, FLOOR_PORTS)
     pki = await asyncio.to_thread(tenantpki.generate, tenantpki.apiserver_sans("127.0.0.1", [], "10.96.0.1"))
     ours_times: list[float] = []
     floor_times: list[float] = []
