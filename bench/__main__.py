@@ -17,10 +17,12 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
 from . import config, controlplane, density, hibernation, promotion, realnodes, report, shared, suite
+from .stats import Results
 from .workloads import log
 
 STEPS = ("get", "list", "kubectl", "update", "watch", "apply")
@@ -81,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"bench: {scale.as_dict()} in {workdir}")
     api_only = None if only is None else (only - set(PRODUCT_STEPS)) or {"none"}
+    measured: tuple[Results, dict[str, Any]] | None = None
+    product: dict[str, dict] = {}
     try:
-        results, meta = uvloop.run(suite.run(scale, workdir, extra, api_only, args.via_aggregator))
-        product: dict[str, dict] = {}
+        results, meta = measured = uvloop.run(suite.run(scale, workdir, extra, api_only, args.via_aggregator))
         if only is None or "controlplane" in only:
             product["controlplane"] = uvloop.run(controlplane.run(workdir / "controlplane", args.controlplane_rounds,
                                                                   args.controlplane_concurrent))
@@ -104,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                                                         args.density_idle, say=log))
     except BaseException:
         log(f"bench failed; logs kept in {workdir / 'log'}")
+        if measured is not None:  # a family that fails or is stopped takes nothing measured before it along
+            partial = report.to_document(measured[0], {**measured[1], "machine": report.machine(),
+                                                       "incomplete": f"stopped after {', '.join(product) or 'the API suite'}"})
+            report.write_json(args.json, {**partial, **product})
+            log(f"bench: what was measured before is in {args.json}")
         raise
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -132,6 +132,8 @@ def render_text(doc: Document) -> str:
 def render_notes(doc: Document) -> list[str]:
     """Failed workloads and per-metric notes (memory when empty, undelivered watch events, ...)."""
     lines = [f"FAILED {name}: {error}" for name, error in doc["meta"].get("failures", {}).items()]
+    if doc["meta"].get("incomplete"):
+        lines.append(f"INCOMPLETE: the run was {doc['meta']['incomplete']}")
     for m in doc["metrics"]:
         for note, per_target in m.get("notes", {}).items():
             values = ", ".join(f"{t} {_fmt(v) if isinstance(v, float) else v}" for t, v in per_target.items())
