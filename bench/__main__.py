@@ -73,6 +73,14 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _save(path: Path, results: Results, meta: dict[str, Any], product: dict[str, dict]) -> report.Document:
+    """The run's document (the API suite's results, the machine, each product family's), written to ``path``."""
+    document = report.to_document(results, {**meta, "machine": report.machine()})
+    document.update(product)
+    report.write_json(path, document)
+    return document
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     args = parse_args(argv)
@@ -108,14 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:
         log(f"bench failed; logs kept in {workdir / 'log'}")
         if measured is not None:  # a family that fails or is stopped takes nothing measured before it along
-            partial = report.to_document(measured[0], {**measured[1], "machine": report.machine(),
-                                                       "incomplete": f"stopped after {', '.join(product) or 'the API suite'}"})
-            report.write_json(args.json, {**partial, **product})
+            _save(args.json, measured[0], {**measured[1], "incomplete": f"stopped after {', '.join(product) or 'the API suite'}"},
+                  product)
             log(f"bench: what was measured before is in {args.json}")
         raise
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
-    meta["machine"] = report.machine()
     families = {"controlplane": controlplane, "promotion": promotion, "hibernation": hibernation,
                 "realnodes": realnodes, "shared": shared, "density": density}
     for name, result in product.items():
@@ -123,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             result["chart"] = families[name].ratios(result)
         except (ArithmeticError, KeyError) as e:  # a bar short is no reason to lose the run's results
             log(f"bench: no chart bars for {name}: {e!r}")
-    document = report.to_document(results, meta)
-    document.update(product)
-    report.write_json(args.json, document)
+    document = _save(args.json, results, meta, product)
     print(report.render_text(document))
     for name, result in product.items():  # filled in PRODUCT_STEPS order
         print("\n" + families[name].render(result))

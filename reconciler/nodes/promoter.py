@@ -136,14 +136,7 @@ class NodePromoter:
         plan = selection.plan(vc.get("spec") or {}, nodes, owner)
         report = NodeReport(shortages=list(plan.shortages))
         by_name = {node_name(n): n for n in nodes}
-        limit = asyncio.Semaphore(PARALLEL)
-
-        async def bounded(step: Awaitable[Any]) -> Any:
-            async with limit:
-                return await step
-        leaving = await _tenant_pods_by_node(tenant, set(plan.release))
-        await self._releases(vc, [(by_name[name], bounded(self.release(vc, tenant, by_name[name], leaving.get(name))))
-                                  for name in plan.release])
+        await self._release_together(vc, tenant, [by_name[name] for name in plan.release])
         force = bool(((vc.get("spec") or {}).get("kubeInKubeConfig") or {}).get("forceDestroy"))
         joined = {node_name(n): n for n in (await tenant.get("/api/v1/nodes")).get("items") or []}
         # Only nodes not yet in the tenant still need their host pods drained.
@@ -161,18 +154,29 @@ class NodePromoter:
                 claimed_now.append(name)
             draining = None if force or name in joined else pods.get(name, [])
             return {"name": name, "phase": await self._promote(vc, tenant, node, joined.get(name), draining, report)}
+        limit = asyncio.Semaphore(PARALLEL)
+
+        async def bounded(step: Awaitable[Any]) -> Any:
+            async with limit:
+                return await step
         results = await asyncio.gather(*(bounded(promote(name)) for name in plan.wanted), return_exceptions=True)
         await self._record(vc, "NodeClaimed", "claimed", claimed_now)  # every claim made, whatever failed after
         _raise_first(results)
         report.nodes = [r for r in results if r is not None]
         return report
 
-    async def _releases(self, vc: Obj, steps: list[tuple[Obj, Awaitable[None]]]) -> None:
-        """Release nodes together; one event for those returned, even when another failed (then raised)."""
-        results = await asyncio.gather(*(step for _, step in steps), return_exceptions=True)
+    async def _release_together(self, vc: Obj, tenant: KubeClient | None, nodes: list[Obj]) -> None:
+        """Release nodes together (a scale-down, a delete, a hibernation): their tenant pods from one list,
+        ``PARALLEL`` at a time, then one event for those returned, even when another failed (then raised)."""
+        leaving = await _tenant_pods_by_node(tenant, {node_name(n) for n in nodes})
+        limit = asyncio.Semaphore(PARALLEL)
+
+        async def bounded(node: Obj) -> None:
+            async with limit:
+                await self.release(vc, tenant, node, leaving.get(node_name(node)))
+        results = await asyncio.gather(*(bounded(n) for n in nodes), return_exceptions=True)
         await self._record(vc, "NodeReleased", "returned",
-                           [node_name(node) for (node, _), r in zip(steps, results, strict=True)
-                            if not isinstance(r, BaseException)])
+                           [node_name(n) for n, r in zip(nodes, results, strict=True) if not isinstance(r, BaseException)])
         _raise_first(results)
 
     async def _record(self, vc: Obj, reason: str, verb: str, names: list[str]) -> None:
@@ -301,13 +305,7 @@ class NodePromoter:
     async def release_all(self, vc: Obj, tenant: KubeClient | None) -> int:
         owner = _owner(vc)
         mine = [n for n in await self.host_nodes() if claim_of(n) == owner]
-        leaving = await _tenant_pods_by_node(tenant, {node_name(n) for n in mine})
-        limit = asyncio.Semaphore(PARALLEL)
-
-        async def bounded(node: Obj) -> None:
-            async with limit:
-                await self.release(vc, tenant, node, leaving.get(node_name(node)))
-        await self._releases(vc, [(n, bounded(n)) for n in mine])
+        await self._release_together(vc, tenant, mine)
         await self.joiner.stop(vc)
         return len(mine)
 
