@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shlex
 import ssl
 import subprocess
 import urllib.error
@@ -32,6 +34,8 @@ from hack.harness import ApiServer, Etcd, Pki, Proc, binary, free_port, wait_unt
 from .crd import virtualcluster_crd
 
 SERVICE_CIDR = "10.96.0.0/16"
+# More flags for vc-apiserver, to set one change against another in the same bench (e.g. --enable-http2=false)
+OURS_ARGS = shlex.split(os.environ.get("BENCH_OURS_ARGS", ""))
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,7 @@ class Lab:
         if ours:
             etcd = self._etcd("ours")
             server = ApiServer(pki, etcd.url, free_port(), self.root / "log" / "vc-apiserver.log",
-                               extra_args=["--enable-reconciler", "false", "--v", "0"])
+                               extra_args=["--enable-reconciler", "false", "--v", "0", *OURS_ARGS])
             self.started.append(server.start(timeout=60))
             assert server.proc is not None and etcd.proc is not None
             targets.append(Target("ours", "vc-apiserver, direct", server.url, pki.ca, crt, key,

@@ -46,17 +46,35 @@ from typing import cast
 
 import hpack
 
+from apiserver.machinery.http2 import (
+    ACK,
+    CANCEL,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    LAST_STREAM_ID,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_ENABLE_PUSH,
+    SETTINGS_HEADER_TABLE_SIZE,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    SETTINGS_MAX_FRAME_SIZE,
+    WINDOW_UPDATE,
+    frame,
+)
+
 STATUS_200 = 0x88  # HPACK: indexed header field, static table entry 8 = ":status: 200"
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
-END_STREAM = ACK = 0x1
-END_HEADERS, PADDED, PRIORITY = 0x4, 0x8, 0x20
-SETTINGS_HEADER_TABLE_SIZE, SETTINGS_ENABLE_PUSH, SETTINGS_MAX_CONCURRENT_STREAMS = 0x1, 0x2, 0x3
-SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x4, 0x5
-REFUSED_STREAM, CANCEL = 0x7, 0x8
-MAX_WINDOW = 2**31 - 1
 STREAM_WINDOW = 4 * 1024 * 1024  # what a stream's reader may have unread before etcd must wait
-LAST_STREAM_ID = 2**31 - 1
 PROBE_INTERVAL = 10.0  # seconds between PINGs sent because a call timed out (etcd's ping policy allows 5 s)
 GRPC_UNKNOWN = 2
 MAX_MESSAGE = 2**31 - 1  # grpc-go's math.MaxInt32, the receive limit etcd's Go client gives its calls
@@ -116,10 +134,6 @@ class NotSent(ConnectionError):
 
 class CallBroken(ConnectionError):
     """The connection broke after the call was sent: etcd may or may not have carried it out."""
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
 
 
 def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
@@ -268,8 +282,8 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         settings = b"".join(struct.pack(">HI", key, value) for key, value in (
             (SETTINGS_HEADER_TABLE_SIZE, 0), (SETTINGS_ENABLE_PUSH, 0), (SETTINGS_INITIAL_WINDOW_SIZE, self.stream_window)))
-        self.transport.write(PREFACE + _frame(SETTINGS, 0, 0, settings)
-                             + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - 65535)))
+        self.transport.write(PREFACE + frame(SETTINGS, 0, 0, settings)
+                             + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - 65535)))
         self.last_read = self._loop.time()
         self._timer = self._loop.call_later(self.keepalive.time, self._keep_alive)
 
@@ -284,7 +298,7 @@ class _Connection(asyncio.Protocol):
                     break
                 kind, flags = buffer[offset + 3], buffer[offset + 4]
                 stream = int.from_bytes(buffer[offset + 5:offset + 9], "big") & 0x7FFFFFFF
-                self._on_frame(kind, flags, stream, buffer[offset + 9:offset + 9 + size])
+                self._onframe(kind, flags, stream, buffer[offset + 9:offset + 9 + size])
                 offset += 9 + size
         except (ValueError, IndexError, struct.error) as e:
             self._fail_all(CallBroken(f"bad HTTP/2 from etcd: {e}"))
@@ -321,7 +335,7 @@ class _Connection(asyncio.Protocol):
         elif not self.calls:  # idle: nothing to keep alive, and etcd would count the PING as abuse
             self._timer = loop.call_later(keepalive.time, self._keep_alive)
         else:
-            self._write(_frame(PING, 0, 0, b"keepaliv"))  # 8 opaque bytes, echoed in the ACK
+            self._write(frame(PING, 0, 0, b"keepaliv"))  # 8 opaque bytes, echoed in the ACK
             self._ping_sent = now
             self._timer = loop.call_later(keepalive.timeout, self._keep_alive)
 
@@ -334,14 +348,14 @@ class _Connection(asyncio.Protocol):
                 or self.transport.is_closing():
             return
         self._last_probe = self._ping_sent = now
-        self._write(_frame(PING, 0, 0, b"keepaliv"))
+        self._write(frame(PING, 0, 0, b"keepaliv"))
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self._loop.call_later(self.keepalive.timeout, self._keep_alive)
 
     # -- frames ----------------------------------------------------------------------------
 
-    def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+    def _onframe(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         if kind == DATA:
             self._on_data(flags, stream, payload)
         elif kind == HEADERS:
@@ -362,7 +376,7 @@ class _Connection(asyncio.Protocol):
         elif kind == SETTINGS:
             if not flags & ACK:
                 self._on_settings(payload)
-                self._write(_frame(SETTINGS, ACK, 0))
+                self._write(frame(SETTINGS, ACK, 0))
                 self.settled.set()
         elif kind == WINDOW_UPDATE:
             increment = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
@@ -373,7 +387,7 @@ class _Connection(asyncio.Protocol):
             self._wake()
         elif kind == PING:
             if not flags & ACK:
-                self._write(_frame(PING, ACK, 0, payload))
+                self._write(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
             code = int.from_bytes(payload[:4], "big")
             error = NotSent if code == REFUSED_STREAM else CallBroken
@@ -406,7 +420,7 @@ class _Connection(asyncio.Protocol):
         size = len(payload)  # what flow control counts, padding included
         self.unacknowledged += size
         if self.unacknowledged > MAX_WINDOW // 2:  # give back what we consumed, rarely
-            self._write(_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.unacknowledged)))
+            self._write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.unacknowledged)))
             self.unacknowledged = 0
         if flags & PADDED:
             payload = payload[1:len(payload) - payload[0]]
@@ -548,9 +562,9 @@ class _Connection(asyncio.Protocol):
         if len(body) <= min(self.send_window, call.send_window, self.max_frame):  # headers and message at once
             self.send_window -= len(body)
             call.send_window -= len(body)
-            self._write(_frame(HEADERS, END_HEADERS, stream, headers) + _frame(DATA, last, stream, body))
+            self._write(frame(HEADERS, END_HEADERS, stream, headers) + frame(DATA, last, stream, body))
             return stream
-        self._write(_frame(HEADERS, END_HEADERS, stream, headers))
+        self._write(frame(HEADERS, END_HEADERS, stream, headers))
         view = memoryview(body)
         while view and not call.reply.done():  # DATA frames as the windows allow
             size = min(len(view), self.send_window, call.send_window, self.max_frame)
@@ -559,7 +573,7 @@ class _Connection(asyncio.Protocol):
                 continue
             self.send_window -= size
             call.send_window -= size
-            self._write(_frame(DATA, last if size == len(view) else 0, stream, bytes(view[:size])))
+            self._write(frame(DATA, last if size == len(view) else 0, stream, bytes(view[:size])))
             view = view[size:]
         return stream
 
@@ -582,14 +596,14 @@ class _Connection(asyncio.Protocol):
         whatever it belongs to, so that a message larger than the window can still complete."""
         if (call.unacknowledged >= self.stream_window // 4 and call.buffered < self.stream_window
                 and stream in self.calls):
-            self._write(_frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", call.unacknowledged)))
+            self._write(frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", call.unacknowledged)))
             call.unacknowledged = 0
 
     def cancel(self, stream: int, error: Exception | None = None) -> None:
         """End a stream we no longer read (etcd drops what it was doing for it); its call fails with
         ``error``."""
         if stream in self.calls:
-            self._write(_frame(RST_STREAM, 0, stream, struct.pack(">I", CANCEL)))
+            self._write(frame(RST_STREAM, 0, stream, struct.pack(">I", CANCEL)))
             self._end(stream, error or NotSent("cancelled"))
 
     def close(self) -> None:

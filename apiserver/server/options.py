@@ -8,6 +8,7 @@ import ssl
 from pathlib import Path
 
 from apiserver import IMAGE
+from apiserver.server.http2 import ALPN, HTTP11
 
 __all__ = ["csv_list", "parse_args", "read_file", "serving_context"]
 
@@ -34,6 +35,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--authorization-mode", choices=["Standalone", "AlwaysAllow", "Delegated"],
                    help="Delegated (default with a host): SubjectAccessReview; Standalone (default without): "
                         "only system:masters; AlwaysAllow: every authenticated user")
+    p.add_argument("--enable-http2", default="true", choices=["true", "false"],
+                   help="offer HTTP/2 by ALPN beside HTTP/1.1 (the host's aggregator then multiplexes its "
+                        "requests on a few connections)")
+    p.add_argument("--http2-max-streams-per-connection", type=int, default=1000,
+                   help="streams a client may have open on one HTTP/2 connection; 0: Go's default, 250 "
+                        "(kube's flag, with an aggregated API server's default: its client is a proxy)")
     p.add_argument("--etcd-servers", required=True, help="comma-separated etcd URLs")
     p.add_argument("--etcd-cafile")
     p.add_argument("--etcd-certfile")
@@ -112,7 +119,8 @@ def serving_context(args: argparse.Namespace) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(args.tls_cert_file, args.tls_private_key_file)
-    ctx.set_alpn_protocols(["http/1.1"])
+    # HTTP/2 first: the host's aggregator then carries every proxied request on a few connections
+    ctx.set_alpn_protocols([ALPN, HTTP11] if args.enable_http2 == "true" else [HTTP11])
     ctx.verify_mode = ssl.CERT_OPTIONAL
     if args.client_ca_file:
         ctx.load_verify_locations(args.client_ca_file)

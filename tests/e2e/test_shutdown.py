@@ -17,6 +17,7 @@ import pytest
 
 from hack.harness import ApiServer, Pki, free_port
 from tests.conftest import start_etcd, vc
+from tests.support.h2client import H2Client
 
 DELAY = 5.0
 NS = "shutdown"
@@ -69,5 +70,32 @@ async def test_sigterm_fails_readyz_serves_through_the_delay_then_ends_watches_a
         assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "during")]
         assert time.monotonic() - signalled >= DELAY  # not before the delay was over
 
+    code = await asyncio.to_thread(stopping.proc.popen.wait, 30)
+    assert code == 0
+
+
+async def test_sigterm_sends_http2_clients_goaway_and_finishes_their_open_watches(
+        stopping: ApiServer, pki_files: Pki) -> None:
+    """Over HTTP/2 (the aggregator's transport) the same: streams in flight are answered through the
+    delay, then GOAWAY (NO_ERROR, naming the last stream taken), every watch stream ends with END_STREAM
+    rather than a reset, and the connection closes."""
+    assert stopping.proc is not None and stopping.proc.popen is not None
+    client = await H2Client.connect(stopping.url, pki_files.ssl_context("admin"))
+    try:
+        watch_id, watch = await client.start("GET", COLLECTION + "?watch=true")
+        stopping.proc.signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        created = await client.request("POST", COLLECTION, vc("during-h2", NS))
+        assert created.status == 201  # still served during the delay
+        await asyncio.wait_for(watch.ended.wait(), 30)
+        assert time.monotonic() - signalled >= DELAY
+        assert watch.reset_code is None and watch.status == 200  # a finished response, not a broken one
+        events = [json.loads(line) for line in bytes(watch.body).splitlines() if line]
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "during-h2")]
+        await asyncio.wait_for(client.lost.wait(), 30)
+        assert client.goaway is not None and client.goaway.error_code == 0
+        assert client.goaway.last_stream_id >= watch_id
+    finally:
+        client.close()
     code = await asyncio.to_thread(stopping.proc.popen.wait, 30)
     assert code == 0

@@ -1,0 +1,698 @@
+"""HTTP/2 beside HTTP/1.1 on the one TLS listener, chosen per connection by ALPN.
+
+Why: the host's aggregator speaks HTTP/2 to a backend that offers it and then carries every proxied
+request, a fleet's watches included, as streams of a few connections. An event then reaches 200
+watchers as 200 DATA frames in one TLS write, where over HTTP/1.1 it was 200 TLS records on 200
+sockets, each a send of its own from the one Python thread. kubectl and client-go offer HTTP/2 too.
+
+The streams are served by the same aiohttp application as HTTP/1.1 requests: each stream becomes an
+aiohttp request whose writer sends HEADERS and DATA frames, and a stream's ``transport`` is the
+stream (``abort()`` resets it, not the connection). Shutdown follows the HTTP/1.1 path: ``close()``
+sends GOAWAY (no new streams), ``shutdown(timeout)`` waits for the streams in flight.
+
+The framing is our own, as the etcd client's is: a fan-out's cost is per frame (a DATA frame out and,
+from Go's clients, about one WINDOW_UPDATE back per frame), and a general-purpose library's per-frame
+state machine cost as much as the TLS records it saves. Header blocks are HPACK-coded by :mod:`hpack`.
+
+- Frames written in one pass of the event loop leave in one write.
+- Flow control both ways: a stream's request body is given window back as its handler reads it
+  (1 MiB per stream ahead, 16 MiB per connection); responses wait for the client's windows.
+- Errors as RFC 9113 sorts them: a connection error sends GOAWAY with its code and closes; a
+  stream error resets that stream alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import struct
+from typing import Any, cast
+
+import hpack
+from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.http_writer import HttpVersion11
+from aiohttp.streams import StreamReader
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from apiserver.machinery.http2 import (
+    ACK,
+    CANCEL,
+    COMPRESSION_ERROR,
+    CONTINUATION,
+    DATA,
+    DEFAULT_MAX_FRAME,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADERS,
+    INTERNAL_ERROR,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_FRAME,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_HEADER_TABLE_SIZE,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    SETTINGS_MAX_FRAME_SIZE,
+    SETTINGS_MAX_HEADER_LIST_SIZE,
+    STREAM_CLOSED,
+    WINDOW_UPDATE,
+    frame,
+    frame_header,
+    u32,
+)
+
+__all__ = ["ALPN", "GO_MAX_STREAMS", "HTTP11", "AlpnSite"]
+
+log = logging.getLogger(__name__)
+
+ALPN = "h2"
+HTTP11 = "http/1.1"
+GO_MAX_STREAMS = 250  # Go's servers' default limit of concurrent streams
+STREAM_WINDOW = 1 << 20  # request body bytes a stream may send ahead of its handler's reads
+CONNECTION_WINDOW = 16 << 20  # and all the streams of a connection together
+MAX_HEADER_LIST = (1 << 20) + (64 << 10)  # the HTTP/1.1 limits: 1 MiB request line, 64 KiB per field
+# Hop-by-hop fields HTTP/2 forbids (RFC 9113 8.2.2): aiohttp writes some of them for HTTP/1.1.
+_CONNECTION_FIELDS = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
+
+
+class AlpnSite(web.BaseSite):
+    """A TLS listener whose connections speak HTTP/2 when the client picks it by ALPN, else HTTP/1.1."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext,
+                 backlog: int = 128, max_streams: int = 1000) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        self._host = host
+        self._port = port
+        self._max_streams = max_streams
+
+    @property
+    def name(self) -> str:
+        return str(URL.build(scheme="https", host=self._host, port=self._port))
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        max_streams = self._max_streams
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Negotiator(server, max_streams), self._host, self._port, ssl=self._ssl_context,
+            backlog=self._backlog, reuse_address=True)
+
+
+class _Negotiator(asyncio.Protocol):
+    """Hands a connection, once its TLS handshake is done, to the protocol its client chose."""
+
+    def __init__(self, server: web.Server, max_streams: int) -> None:
+        self._server = server
+        self._max_streams = max_streams
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        chosen = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        protocol: asyncio.BaseProtocol = (Http2Connection(self._server, self._max_streams) if chosen == ALPN
+                                          else self._server())
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+
+
+class _ConnectionError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Http2Connection(asyncio.Protocol):
+    """One HTTP/2 connection: its streams, each served as one request of the aiohttp application."""
+
+    def __init__(self, server: web.Server, max_streams: int) -> None:
+        self._server = server
+        self._max_streams = max_streams
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._buffer = b""
+        self._preface = False  # the client's preface has arrived
+        self._decoder = hpack.Decoder(max_header_list_size=4 * MAX_HEADER_LIST)  # beyond: the connection ends
+        self._encoder = hpack.Encoder()
+        self._block: bytearray | None = None  # a header block continued in CONTINUATION frames
+        self._block_stream = 0
+        self._block_ends_stream = False
+        self._streams: dict[int, _Stream] = {}
+        self._last_stream = 0  # the highest stream the client has opened
+        # What the client allows us, from its SETTINGS and WINDOW_UPDATEs
+        self._send_window = DEFAULT_WINDOW  # the connection's
+        self._initial_window = DEFAULT_WINDOW  # each new stream's
+        self._max_frame = DEFAULT_MAX_FRAME
+        self._unacknowledged = 0  # body bytes read since the connection's window was last given back
+        self._outgoing: list[bytes] = []  # frames written since the loop last flushed them
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._change: asyncio.Event | None = None  # set when a window opens or a stream closes
+        self._going_away = False  # GOAWAY sent or received: streams in flight finish, no new one is served
+        self._idle = asyncio.Event()  # no stream in flight
+        self._idle.set()
+        self._task_handler = None  # aiohttp's Server looks for it when a connection is lost
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is one without the class
+        self._server.connection_made(self, transport)  # type: ignore[arg-type]  # shut down with the rest
+        settings = b"".join(struct.pack(">HI", key, value) for key, value in (
+            (SETTINGS_MAX_CONCURRENT_STREAMS, self._max_streams), (SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+            (SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)))
+        self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, u32(CONNECTION_WINDOW - DEFAULT_WINDOW)))
+
+    def data_received(self, data: bytes) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return  # a connection error ended it: what follows is not read
+        buffer = self._buffer + data if self._buffer else data
+        offset = 0
+        try:
+            if not self._preface:
+                if len(buffer) < len(PREFACE):
+                    self._buffer = buffer
+                    return
+                if not buffer.startswith(PREFACE):
+                    raise _ConnectionError(PROTOCOL_ERROR, "the connection did not start with HTTP/2's preface")
+                self._preface = True
+                offset = len(PREFACE)
+            while len(buffer) - offset >= 9:
+                size = int.from_bytes(buffer[offset:offset + 3], "big")
+                if size > DEFAULT_MAX_FRAME:  # what we allow: we announce no larger SETTINGS_MAX_FRAME_SIZE
+                    raise _ConnectionError(FRAME_SIZE_ERROR, f"a frame of {size} bytes")
+                if len(buffer) - offset < 9 + size:
+                    break
+                kind, flags = buffer[offset + 3], buffer[offset + 4]
+                stream = int.from_bytes(buffer[offset + 5:offset + 9], "big") & 0x7FFFFFFF
+                self._on_frame(kind, flags, stream, buffer[offset + 9:offset + 9 + size])
+                offset += 9 + size
+        except _ConnectionError as e:
+            log.info("closing an HTTP/2 connection: %s", e)
+            self._go_away(e.code)
+            self._close_transport()
+            return
+        self._buffer = buffer[offset:]
+
+    def eof_received(self) -> bool | None:
+        return None  # close: the client will send nothing more on any stream
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._transport = None
+        for stream in list(self._streams.values()):
+            stream.closed_by_peer()
+        self._writable.set()
+        self._wake()
+        self._server.connection_lost(self, exc)  # type: ignore[arg-type]
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- what aiohttp's Server calls on shutdown --------------------------------------------
+
+    def close(self) -> None:
+        """Take no new streams (GOAWAY naming the last one taken); close once those are done."""
+        if not self._going_away and self._transport is not None:
+            self._go_away(NO_ERROR)
+            self._close_when_idle()
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` for the streams in flight, then cancel what is left and close."""
+        self.close()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            for stream in list(self._streams.values()):
+                stream.task.cancel()
+        self._close_transport()
+
+    # -- frames in ------------------------------------------------------------------------------
+
+    def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        if self._block is not None and kind != CONTINUATION:
+            raise _ConnectionError(PROTOCOL_ERROR, "a header block was interrupted")
+        if kind == WINDOW_UPDATE:  # most of what a client sends during a fan-out
+            self._on_window_update(stream, payload)
+        elif kind == DATA:
+            self._on_data(flags, stream, payload)
+        elif kind == HEADERS:
+            if stream == 0 or stream % 2 == 0:
+                raise _ConnectionError(PROTOCOL_ERROR, f"HEADERS on stream {stream}")
+            payload = _unpad(flags, payload)
+            if flags & PRIORITY:
+                payload = payload[5:]
+            self._block, self._block_stream, self._block_ends_stream = bytearray(payload), stream, bool(
+                flags & END_STREAM)
+            if flags & END_HEADERS:
+                self._on_header_block()
+        elif kind == CONTINUATION:
+            if self._block is None or stream != self._block_stream:
+                raise _ConnectionError(PROTOCOL_ERROR, "CONTINUATION outside a header block")
+            self._block += payload
+            if len(self._block) > MAX_HEADER_LIST:
+                raise _ConnectionError(PROTOCOL_ERROR, "a header block over the limit")
+            if flags & END_HEADERS:
+                self._on_header_block()
+        elif kind == SETTINGS:
+            if stream != 0 or len(payload) % 6:
+                raise _ConnectionError(PROTOCOL_ERROR if stream else FRAME_SIZE_ERROR, "a malformed SETTINGS")
+            if not flags & ACK:
+                self._on_settings(payload)
+                self._write(frame(SETTINGS, ACK, 0))
+        elif kind == PING:
+            if len(payload) != 8 or stream != 0:
+                raise _ConnectionError(FRAME_SIZE_ERROR, "a malformed PING")
+            if not flags & ACK:
+                self._write(frame(PING, ACK, 0, payload))
+        elif kind == RST_STREAM:
+            if stream == 0 or len(payload) != 4:
+                raise _ConnectionError(PROTOCOL_ERROR, "a malformed RST_STREAM")
+            if (open_stream := self._streams.get(stream)) is not None:
+                open_stream.closed_by_peer()
+        elif kind == GOAWAY:
+            self._going_away = True  # the client opens no more streams; those open are still answered
+            self._close_when_idle()
+        elif kind == PUSH_PROMISE:
+            raise _ConnectionError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+        elif kind == PRIORITY_FRAME and stream == 0:
+            raise _ConnectionError(PROTOCOL_ERROR, "PRIORITY on stream 0")
+        # PRIORITY and frame types this server does not know are ignored, as RFC 9113 asks
+
+    def _on_window_update(self, stream: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise _ConnectionError(FRAME_SIZE_ERROR, "a WINDOW_UPDATE not of 4 bytes")
+        increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+        if stream == 0:
+            if not increment or self._send_window + increment > MAX_WINDOW:
+                raise _ConnectionError(PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR,
+                                       "a connection WINDOW_UPDATE out of bounds")
+            self._send_window += increment
+        elif (open_stream := self._streams.get(stream)) is not None:
+            if not increment or open_stream.send_window + increment > MAX_WINDOW:
+                open_stream.reset(PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR)
+            else:
+                open_stream.send_window += increment
+        self._wake()
+
+    def _on_settings(self, payload: bytes) -> None:
+        for key, value in struct.iter_unpack(">HI", payload):
+            if key == SETTINGS_HEADER_TABLE_SIZE:
+                self._encoder.header_table_size = value
+            elif key == SETTINGS_INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise _ConnectionError(FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1")
+                for open_stream in self._streams.values():
+                    open_stream.send_window += value - self._initial_window
+                self._initial_window = value
+            elif key == SETTINGS_MAX_FRAME_SIZE:
+                if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
+                    raise _ConnectionError(PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE out of bounds")
+                self._max_frame = value
+        self._wake()
+
+    def _on_data(self, flags: int, stream: int, payload: bytes) -> None:
+        if stream == 0:
+            raise _ConnectionError(PROTOCOL_ERROR, "DATA on stream 0")
+        size = len(payload)  # what flow control counts, padding included
+        open_stream = self._streams.get(stream)
+        if open_stream is None or open_stream.remote_closed:
+            if stream > self._last_stream:
+                raise _ConnectionError(PROTOCOL_ERROR, f"DATA on idle stream {stream}")
+            self._acknowledge(None, size)  # a stream that has ended: its bytes are let go
+            if open_stream is not None:  # after its END_STREAM (frames in flight after a reset are ignored)
+                open_stream.reset(STREAM_CLOSED)
+            return
+        open_stream.body_received(_unpad(flags, payload), size)
+        if flags & END_STREAM:
+            open_stream.remote_closed = True
+            open_stream.payload.feed_eof()
+
+    def _on_header_block(self) -> None:
+        block, stream, ends = bytes(self._block or b""), self._block_stream, self._block_ends_stream
+        self._block = None
+        try:  # always decoded: the block changes the connection's HPACK table even for a refused stream
+            headers: list[tuple[bytes, bytes]] | None = self._decoder.decode(block, raw=True)
+        except hpack.HPACKError as e:  # the table may be out of step: the connection cannot go on
+            raise _ConnectionError(COMPRESSION_ERROR, f"an undecodable header block: {e}") from e
+        if sum(len(name) + len(value) + 32 for name, value in headers or ()) > MAX_HEADER_LIST:
+            headers = None  # RFC 7541's size of a header list
+        if (open_stream := self._streams.get(stream)) is not None:  # trailers: only the end matters
+            if not ends:
+                open_stream.reset(PROTOCOL_ERROR)
+            elif not open_stream.remote_closed:
+                open_stream.remote_closed = True
+                open_stream.payload.feed_eof()
+            return
+        if stream <= self._last_stream:
+            raise _ConnectionError(STREAM_CLOSED, f"HEADERS on closed stream {stream}")
+        self._last_stream = stream
+        if self._going_away or len(self._streams) >= self._max_streams:
+            self._write(frame(RST_STREAM, 0, stream, u32(REFUSED_STREAM)))  # the client retries elsewhere
+            return
+        if headers is None:  # as Go's servers: 431, and the connection goes on
+            self._send_headers(stream, [(b":status", b"431")], end_stream=True)
+            if not ends:
+                self._write(frame(RST_STREAM, 0, stream, u32(NO_ERROR)))
+            return
+        new = _Stream(self, stream, headers, self._initial_window)
+        self._streams[stream] = new
+        self._idle.clear()
+        if ends:
+            new.remote_closed = True
+            new.payload.feed_eof()
+        new.task = self._loop.create_task(self._serve(new))
+
+    # -- streams ------------------------------------------------------------------------------
+
+    async def _serve(self, stream: _Stream) -> None:
+        writer = _StreamWriter(stream)
+        try:
+            message = stream.message()
+        except ValueError as e:  # as Go's servers: a malformed request is a stream error
+            log.info("refusing an HTTP/2 stream: %s", e)
+            stream.reset(PROTOCOL_ERROR)
+            return self._finished(stream)
+        request = self._server.request_factory(message, stream.payload, stream, writer,  # type: ignore[arg-type]
+                                               stream.task)
+        try:
+            try:
+                resp = await self._server.request_handler(request)
+            except web.HTTPException as exc:  # as aiohttp's HTTP/1.1 handler: the exception is the response
+                resp = exc
+            await resp.prepare(request)
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass  # the stream or the connection has gone, or the server is done waiting for it
+        except Exception:
+            log.exception("serving an HTTP/2 stream failed")
+            stream.reset(INTERNAL_ERROR)
+        finally:
+            request._finish()
+            self._finished(stream)
+
+    def _finished(self, stream: _Stream) -> None:
+        del self._streams[stream.id]
+        stream.release_unread()
+        if not stream.closed:
+            if not stream.ended:
+                stream.reset(INTERNAL_ERROR)
+            elif not stream.remote_closed:  # answered before its body ended: the rest is not wanted
+                stream.reset(NO_ERROR)
+        if not self._streams:
+            self._idle.set()
+            self._close_when_idle()
+
+    def _close_when_idle(self) -> None:
+        if self._going_away and not self._streams:
+            self._loop.call_soon(self._close_transport)  # after the last frames are flushed
+
+    def _close_transport(self) -> None:
+        if self._transport is not None:
+            self._flush()
+            self._transport.close()
+
+    def _go_away(self, code: int) -> None:
+        self._going_away = True
+        self._write(frame(GOAWAY, 0, 0, u32(self._last_stream) + u32(code)))
+
+    # -- frames out -----------------------------------------------------------------------------
+
+    def _send_headers(self, stream: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        block = self._encoder.encode(headers, huffman=False)
+        first, block = block[:self._max_frame], block[self._max_frame:]
+        flags = (END_STREAM if end_stream else 0) | (0 if block else END_HEADERS)
+        self._write(frame(HEADERS, flags, stream, first))
+        while block:
+            part, block = block[:self._max_frame], block[self._max_frame:]
+            self._write(frame(CONTINUATION, 0 if block else END_HEADERS, stream, part))
+
+    def send_headers(self, stream: _Stream, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        if stream.closed or self._transport is None:
+            raise ConnectionResetError("the HTTP/2 stream is closed")
+        self._send_headers(stream.id, headers, end_stream)
+
+    async def send_data(self, stream: _Stream, data: bytes | bytearray | memoryview, end_stream: bool) -> None:
+        """Sends ``data`` as the flow-control windows allow, then waits while the socket's buffer is full."""
+        view = memoryview(data)
+        while view or end_stream:
+            if stream.closed or self._transport is None:
+                raise ConnectionResetError("the HTTP/2 stream is closed")
+            room = min(self._send_window, stream.send_window, self._max_frame, len(view))
+            if room <= 0 and view:
+                self._flush()
+                await self._changed()
+                continue
+            last = room == len(view)
+            self._outgoing_frame(frame_header(DATA, END_STREAM if end_stream and last else 0, stream.id, room),
+                                 view[:room])
+            self._send_window -= room
+            stream.send_window -= room
+            view = view[room:]
+            if last:
+                break
+        if not self._writable.is_set():
+            self._flush()
+            await self._writable.wait()
+            if self._transport is None:
+                raise ConnectionResetError("the HTTP/2 connection is closed")
+
+    def reset(self, stream_id: int, code: int) -> None:
+        self._write(frame(RST_STREAM, 0, stream_id, u32(code)))
+        self._wake()
+
+    def _acknowledge(self, stream: _Stream | None, size: int) -> None:
+        """Give window back for body bytes read, in updates of half a window (fewer frames)."""
+        self._unacknowledged += size
+        if self._unacknowledged >= CONNECTION_WINDOW // 2:
+            self._write(frame(WINDOW_UPDATE, 0, 0, u32(self._unacknowledged)))
+            self._unacknowledged = 0
+        if stream is not None and not stream.remote_closed:
+            stream.unacknowledged += size
+            if stream.unacknowledged >= STREAM_WINDOW // 2:
+                self._write(frame(WINDOW_UPDATE, 0, stream.id, u32(stream.unacknowledged)))
+                stream.unacknowledged = 0
+
+    def _write(self, data: bytes) -> None:
+        if not self._outgoing:
+            self._loop.call_soon(self._flush)
+        self._outgoing.append(data)
+
+    def _outgoing_frame(self, header: bytes, payload: bytes | memoryview) -> None:
+        """One write for every frame of this loop iteration: a fan-out's events to all its streams."""
+        if not self._outgoing:
+            self._loop.call_soon(self._flush)
+        self._outgoing.append(header)
+        if payload:
+            self._outgoing.append(payload)  # type: ignore[arg-type]  # joined, not kept
+
+    def _flush(self) -> None:
+        data, self._outgoing = self._outgoing, []
+        if data and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(b"".join(data))
+
+    async def _changed(self) -> None:
+        if self._change is None:
+            self._change = asyncio.Event()
+        await self._change.wait()
+
+    def _wake(self) -> None:
+        if self._change is not None:
+            self._change.set()
+            self._change = None
+
+    def extra_info(self, name: str, default: Any = None) -> Any:
+        return default if self._transport is None else self._transport.get_extra_info(name, default)
+
+    @property
+    def connection_closing(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
+
+
+def _unpad(flags: int, payload: bytes) -> bytes:
+    if not flags & PADDED:
+        return payload
+    if not payload or payload[0] >= len(payload):
+        raise _ConnectionError(PROTOCOL_ERROR, "padding longer than its frame")
+    return payload[1:len(payload) - payload[0]]
+
+
+class _Stream:
+    """One stream, as the aiohttp request sees its protocol: flow control of the body it reads, and
+    its ``transport``."""
+
+    def __init__(self, connection: Http2Connection, stream_id: int, headers: list[tuple[bytes, bytes]],
+                 send_window: int) -> None:
+        self.connection = connection
+        self.id = stream_id
+        self.headers = headers
+        self.send_window = send_window  # what the client lets us send on this stream
+        self.task: asyncio.Task[None] = None  # type: ignore[assignment]  # set once the stream is taken
+        self.payload = StreamReader(self, 1 << 16, loop=connection._loop)  # type: ignore[arg-type]
+        self.transport = _StreamTransport(self)
+        self.closed = False  # reset (by either side) or the connection lost
+        self.ended = False  # our side sent END_STREAM
+        self.remote_closed = False  # the client's side sent END_STREAM
+        self.unacknowledged = 0  # body bytes read since this stream's window was last given back
+        self._reading_paused = False
+        self._unread = 0  # body bytes taken in while the handler was not reading
+        # what aiohttp's request reads from its protocol
+        self.ssl_context = connection.extra_info("sslcontext")
+        self.peername = connection.extra_info("peername")
+        self.sockname = connection.extra_info("sockname")
+        self.max_field_size = 64 << 10
+        self.max_headers = 128
+
+    @property
+    def connected(self) -> bool:
+        return not self.closed
+
+    def message(self) -> RawRequestMessage:
+        """The request's method, path and headers as aiohttp's HTTP/1.1 parser would give them."""
+        pseudo: dict[bytes, bytes] = {}
+        fields: CIMultiDict[str] = CIMultiDict()
+        raw: list[tuple[bytes, bytes]] = []
+        for name, value in self.headers:
+            if name.startswith(b":"):
+                if name not in (b":method", b":path", b":scheme", b":authority") or name in pseudo or raw:
+                    raise ValueError(f"a misplaced or unknown pseudo-header {name.decode('latin-1')}")
+                pseudo[name] = value
+            elif name.lower() != name or name.decode("latin-1") in _CONNECTION_FIELDS:
+                raise ValueError(f"a header field HTTP/2 does not allow: {name.decode('latin-1')}")
+            else:
+                fields.add(name.decode("latin-1"), value.decode("utf-8", "surrogateescape"))
+                raw.append((name, value))
+        method = pseudo.get(b":method", b"").decode("ascii", "replace")
+        path = pseudo.get(b":path", b"").decode("utf-8", "surrogateescape")
+        if not method or b":scheme" not in pseudo:
+            raise ValueError("a request without :method or :scheme")
+        if not path.startswith("/"):
+            raise ValueError(f"the request's :path {path!r} is not an absolute path")
+        authority = pseudo.get(b":authority")
+        if authority is not None and "Host" not in fields:
+            fields["Host"] = authority.decode("latin-1")
+        return RawRequestMessage(method, path, HttpVersion11, CIMultiDictProxy(fields), tuple(raw), False, None,
+                                 False, False, URL(path, encoded=True))
+
+    def body_received(self, data: bytes, flow_controlled: int) -> None:
+        if data:
+            self.payload.feed_data(data)
+        if self._reading_paused:
+            self._unread += flow_controlled
+        else:
+            self.connection._acknowledge(self, flow_controlled)
+
+    # the StreamReader's back-pressure: the client's window reopens only as the handler reads
+    def pause_reading(self) -> None:
+        self._reading_paused = True
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        self._reading_paused = False
+        self.release_unread()
+
+    def release_unread(self) -> None:
+        if self._unread:
+            size, self._unread = self._unread, 0
+            self.connection._acknowledge(self, size)
+
+    def closed_by_peer(self) -> None:
+        self.closed = True
+        self.payload.set_exception(ConnectionResetError("the HTTP/2 stream was reset"))
+        self.connection._wake()  # a writer waiting on this stream's window gives up
+
+    def reset(self, code: int) -> None:
+        if not self.closed:
+            self.closed = True
+            self.connection.reset(self.id, code)
+
+
+class _StreamTransport:
+    """What a handler reaches as ``request.transport``: the TLS connection's facts, this stream's state."""
+
+    def __init__(self, stream: _Stream) -> None:
+        self._stream = stream
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._stream.connection.extra_info(name, default)
+
+    def is_closing(self) -> bool:
+        return self._stream.closed or self._stream.connection.connection_closing
+
+    def abort(self) -> None:
+        """Drop this stream (its client stops reading, say): the connection's other streams go on."""
+        self._stream.reset(CANCEL)
+
+    close = abort
+
+
+class _StreamWriter(AbstractStreamWriter):
+    """A response as HEADERS and DATA frames of one stream."""
+
+    def __init__(self, stream: _Stream) -> None:
+        self._stream = stream
+        self._headers: list[tuple[bytes, bytes]] | None = None
+        self.buffer_size = 0
+        self.output_size = 0
+        self.length = None
+
+    @property
+    def transport(self) -> Any:
+        return self._stream.transport
+
+    async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
+        status = status_line.split(" ", 2)[1]
+        self._headers = [(b":status", status.encode())] + [
+            (name.lower().encode("latin-1"), value.encode("utf-8", "surrogateescape"))
+            for name, value in headers.items() if name.lower() not in _CONNECTION_FIELDS]
+
+    def send_headers(self) -> None:
+        self._send_headers(end_stream=False)
+
+    def _send_headers(self, end_stream: bool) -> None:
+        if self._headers is not None:
+            headers, self._headers = self._headers, None
+            self._stream.connection.send_headers(self._stream, headers, end_stream)
+            self._stream.ended = end_stream
+
+    async def write(self, chunk: bytes | bytearray | memoryview, *, drain: bool = True, **_: Any) -> None:
+        self._send_headers(end_stream=False)
+        if chunk:
+            self.output_size += len(chunk)
+            await self._stream.connection.send_data(self._stream, chunk, end_stream=False)
+
+    async def write_eof(self, chunk: bytes = b"") -> None:
+        if self._stream.ended:
+            return
+        if self._headers is not None and not chunk:
+            self._send_headers(end_stream=True)
+            return
+        self._send_headers(end_stream=False)
+        self.output_size += len(chunk)
+        await self._stream.connection.send_data(self._stream, chunk, end_stream=True)
+        self._stream.ended = True
+
+    async def drain(self) -> None:
+        return None  # send_data has waited for the socket already
+
+    def enable_chunking(self) -> None:
+        return None  # HTTP/2 frames carry the body's length
+
+    def enable_compression(self, encoding: str = "deflate", strategy: int | None = None) -> None:
+        raise NotImplementedError("compressed responses are not served over HTTP/2")

@@ -1,0 +1,142 @@
+"""HTTP/2 on the serving port: chosen by ALPN, the same answers as HTTP/1.1, many requests and watches
+on one connection, flow control both ways, a stream's end that is not the connection's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from hack.harness import ApiServer, free_port
+from tests.conftest import Server, vc
+from tests.support.h2client import H2Client
+
+pytestmark = pytest.mark.e2e
+
+GV = "/apis/kosmos.io/v1alpha1"
+
+
+def coll(ns: str) -> str:
+    return f"{GV}/namespaces/{ns}/virtualclusters"
+
+
+def curl(server: Server, version: str, path: str) -> tuple[str, dict]:  # type: ignore[type-arg]
+    crt, key = server.pki.cert("admin")
+    out = subprocess.run(["curl", "-s", version, "--cacert", str(server.pki.ca), "--cert", str(crt), "--key", str(key),
+                          "-w", "\n%{http_version}", server.url + path], capture_output=True, text=True, check=True,
+                         timeout=30).stdout
+    body, _, used = out.rpartition("\n")
+    return used, json.loads(body)
+
+
+async def watchers(http: aiohttp.ClientSession) -> float:
+    async with http.get("/metrics") as resp:
+        text = await resp.text()
+    lines = [x for x in text.splitlines() if x.startswith('apiserver_registered_watchers{resource="virtualclusters"')]
+    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0  # the gauge shows once a watch has opened
+
+
+async def test_a_client_offering_http2_gets_it_and_the_same_answer_as_over_http11(
+        server: Server, http: aiohttp.ClientSession, namespace: str) -> None:
+    async with http.post(coll(namespace), json=vc("alpn", namespace)) as resp:
+        assert resp.status == 201
+        uid = (await resp.json())["metadata"]["uid"]
+    used2, over2 = curl(server, "--http2", f"{coll(namespace)}/alpn")
+    used1, over1 = curl(server, "--http1.1", f"{coll(namespace)}/alpn")
+    assert (used2, used1) == ("2", "1.1")
+    assert over2["metadata"]["uid"] == over1["metadata"]["uid"] == uid  # its status may change in between
+    for path in (GV, f"{coll(namespace)}/nothing"):  # discovery; a Status
+        (used2, over2), (used1, over1) = curl(server, "--http2", path), curl(server, "--http1.1", path)
+        assert (used2, used1) == ("2", "1.1") and over2 == over1
+    assert (over2["kind"], over2["reason"], over2["code"]) == ("Status", "NotFound", 404)
+
+
+async def test_many_requests_share_one_connection(server: Server, namespace: str) -> None:
+    client = await H2Client.connect(server.url, server.ssl("admin"))
+    try:
+        created = await asyncio.gather(*(client.request("POST", coll(namespace), vc(f"m{i}", namespace))
+                                         for i in range(60)))
+        assert [r.status for r in created] == [201] * 60
+        got = await asyncio.gather(*(client.request("GET", f"{coll(namespace)}/m{i}") for i in range(60)))
+        assert [r.json()["metadata"]["name"] for r in got] == [f"m{i}" for i in range(60)]
+        listed = await client.request("GET", coll(namespace))
+        assert len(listed.json()["items"]) == 60
+    finally:
+        client.close()
+
+
+async def test_a_body_larger_than_the_stream_window_arrives_whole_and_one_over_the_limit_is_refused(
+        server: Server, namespace: str) -> None:
+    client = await H2Client.connect(server.url, server.ssl("admin"))
+    try:
+        # Twice the 1 MiB stream window: decoded whole, then judged (annotations hold 256 KiB at most).
+        big = vc("big", namespace, annotations={"x": "a" * (2 * 1024 * 1024)})
+        judged = await client.request("POST", coll(namespace), big)
+        assert (judged.status, judged.json()["reason"]) == (422, "Invalid")
+        assert "metadata.annotations: Too long" in judged.json()["message"]
+        huge = vc("huge", namespace, annotations={"x": "a" * (3 * 1024 * 1024 + 10)})
+        refused = await client.request("POST", coll(namespace), huge)
+        assert (refused.status, refused.json()["reason"]) == (413, "RequestEntityTooLarge")
+        fits = vc("fits", namespace, annotations={"x": "a" * (200 * 1024)})
+        created = await asyncio.gather(*(client.request("POST", coll(namespace), {**fits, "metadata": {
+            **fits["metadata"], "name": f"fits-{i}"}}) for i in range(8)))  # 1.6 MB at once on the connection
+        assert [r.status for r in created] == [201] * 8
+        got = await client.request("GET", f"{coll(namespace)}/fits-7")
+        assert got.json()["metadata"]["annotations"]["x"] == "a" * (200 * 1024)
+    finally:
+        client.close()
+
+
+async def test_resetting_a_watch_stream_ends_that_watch_and_not_the_connections_others(
+        server: Server, http: aiohttp.ClientSession, namespace: str) -> None:
+    client = await H2Client.connect(server.url, server.ssl("admin"))
+    try:
+        before = await watchers(http)
+        first, _ = await client.start("GET", f"{coll(namespace)}?watch=true")
+        _, second = await client.start("GET", f"{coll(namespace)}?watch=true")
+        for _ in range(100):
+            if await watchers(http) == before + 2:
+                break
+            await asyncio.sleep(0.05)
+        assert await watchers(http) == before + 2
+        client.reset(first)
+        for _ in range(100):
+            if await watchers(http) == before + 1:
+                break
+            await asyncio.sleep(0.05)
+        assert await watchers(http) == before + 1
+        async with http.post(coll(namespace), json=vc("seen", namespace)) as resp:
+            assert resp.status == 201
+        await asyncio.wait_for(second.arrived.wait(), 10)
+        event = json.loads(bytes(second.body).splitlines()[0])
+        assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "seen")
+    finally:
+        client.close()
+
+
+async def test_a_malformed_request_path_resets_its_stream_only(server: Server, namespace: str) -> None:
+    client = await H2Client.connect(server.url, server.ssl("admin"))
+    try:
+        _, bad = await client.start("GET", "relative/path")
+        await asyncio.wait_for(bad.ended.wait(), 10)
+        assert bad.reset_code == 1  # PROTOCOL_ERROR, as Go's servers answer a :path that is not absolute
+        good = await client.request("GET", coll(namespace))
+        assert good.status == 200 and good.json()["kind"] == "VirtualClusterList"
+    finally:
+        client.close()
+
+
+def test_http2_can_be_switched_off(server: Server, tmp_path: Path) -> None:
+    """``--enable-http2=false`` offers HTTP/1.1 alone (what to do should a client's HTTP/2 misbehave)."""
+    api = ApiServer(server.pki, server.api.etcd_url, free_port(), tmp_path / "vc.log",
+                    extra_args=["--enable-http2=false", "--enable-reconciler=false"]).start()
+    try:
+        off = Server(api, server.pki, server.kubeconfig, server.user_kubeconfig)
+        used, body = curl(off, "--http2", f"{GV}/virtualclusters")
+        assert used == "1.1" and body["kind"] == "VirtualClusterList"
+    finally:
+        api.stop()
