@@ -37,7 +37,7 @@ from hack.harness import (
 )
 
 from .client import namespace_name, virtualcluster
-from .servers import Lab, Target, http_get, target_from_kubeconfig
+from .servers import OURS_ARGS, Lab, Target, http_get, target_from_kubeconfig
 
 NAME = "via-aggregator"
 FLOOR = "aggregator-floor"
@@ -98,7 +98,7 @@ def start_aggregated(lab: Lab, ours_etcd_url: str, namespaces: list[str]) -> tup
     authn = str(host.kubeconfig_for("vc-apiserver"))
     twin = ApiServer(Pki(certs), ours_etcd_url, port, lab.root / "log" / "vc-apiserver-aggregated.log",
                      extra_args=["--authentication-kubeconfig", authn, "--authorization-kubeconfig", authn,
-                                 "--enable-reconciler", "false", "--v", "0"])
+                                 "--enable-reconciler", "false", "--v", "0", *OURS_ARGS])
     lab.started.append(twin)
     twin.start(timeout=90)
     out, err = install.communicate(timeout=180)

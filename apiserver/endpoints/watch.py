@@ -9,7 +9,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 from aiohttp import web
@@ -83,6 +83,9 @@ class WatchServer:
                 chunk += encoder.bookmark(initial_rv, {INITIAL_EVENTS_END: "true"})
             if chunk:
                 await stream.write(resp, chunk)
+            writer = request.writer
+            if isinstance(writer, WritesNow):  # HTTP/2: an event the stream can take at once skips this task
+                watcher.queue.sink = lambda ev: writer.write_now(encoder.encode(ev))
             while loop.time() < stream.deadline:
                 # No timer per event: the watchdog wakes this stream (None) when its time is up or its
                 # client has gone, and cancels a write its client does not take in time.
@@ -102,6 +105,7 @@ class WatchServer:
             if stream.expired:
                 stream.task.uncancel()  # our own cancellation, not the server's or aiohttp's
         finally:
+            watcher.queue.sink = None
             self._watchdog.discard(stream)
             watcher.stop()
             self._on_watch_change(-1)
@@ -113,6 +117,13 @@ class WatchServer:
         with contextlib.suppress(ConnectionResetError):
             await resp.write_eof()
         return resp
+
+
+@runtime_checkable
+class WritesNow(Protocol):
+    """A response writer that can take a chunk without waiting, when nothing has to be waited for."""
+
+    def write_now(self, data: bytes) -> bool: ...
 
 
 @dataclass(eq=False)

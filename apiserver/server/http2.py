@@ -452,27 +452,42 @@ class Http2Connection(asyncio.Protocol):
     async def send_data(self, stream: _Stream, data: bytes | bytearray | memoryview, end_stream: bool) -> None:
         """Sends ``data`` as the flow-control windows allow, then waits while the socket's buffer is full."""
         view = memoryview(data)
-        while view or end_stream:
+        while True:
             if stream.closed or self._transport is None:
                 raise ConnectionResetError("the HTTP/2 stream is closed")
-            room = min(self._send_window, stream.send_window, self._max_frame, len(view))
+            room = min(self._send_window, stream.send_window, len(view))
             if room <= 0 and view:
                 self._flush()
                 await self._changed()
                 continue
-            last = room == len(view)
-            self._outgoing_frame(frame_header(DATA, END_STREAM if end_stream and last else 0, stream.id, room),
-                                 view[:room])
-            self._send_window -= room
-            stream.send_window -= room
+            self._queue_data(stream, view[:room], end_stream and room == len(view))
             view = view[room:]
-            if last:
+            if not view:
                 break
         if not self._writable.is_set():
             self._flush()
             await self._writable.wait()
             if self._transport is None:
                 raise ConnectionResetError("the HTTP/2 connection is closed")
+
+    def send_data_now(self, stream: _Stream, data: bytes) -> bool:
+        """Queues ``data`` if the windows and the socket take all of it now; False: ``send_data`` must wait."""
+        if not data or len(data) > min(self._send_window, stream.send_window) or stream.closed \
+                or self._transport is None or not self._writable.is_set():
+            return False
+        self._queue_data(stream, memoryview(data), False)
+        return True
+
+    def _queue_data(self, stream: _Stream, view: memoryview, end_stream: bool) -> None:
+        """DATA frames of at most the client's frame size for ``view``, which the windows have room for."""
+        size = len(view)
+        for start in range(0, size or 1, self._max_frame):  # nothing to send: one empty frame to end the stream
+            part = view[start:start + self._max_frame]
+            last = start + self._max_frame >= size
+            self._outgoing_frame(frame_header(DATA, END_STREAM if end_stream and last else 0, stream.id, len(part)),
+                                 part)
+        self._send_window -= size
+        stream.send_window -= size
 
     def reset(self, stream_id: int, code: int) -> None:
         self._write(frame(RST_STREAM, 0, stream_id, u32(code)))
@@ -687,6 +702,14 @@ class _StreamWriter(AbstractStreamWriter):
         self.output_size += len(chunk)
         await self._stream.connection.send_data(self._stream, chunk, end_stream=True)
         self._stream.ended = True
+
+    def write_now(self, data: bytes) -> bool:
+        """Sends ``data`` without waiting if nothing has to be waited for (the watch fan-out's path: no task
+        switch per event and stream); False: ``write`` it."""
+        if self._headers is not None or not self._stream.connection.send_data_now(self._stream, data):
+            return False
+        self.output_size += len(data)
+        return True
 
     async def drain(self) -> None:
         return None  # send_data has waited for the socket already

@@ -45,11 +45,14 @@ class EventQueue:
     that 200 watchers see.
     """
 
-    __slots__ = ("_items", "_waiter")
+    __slots__ = ("_items", "_waiter", "sink")
 
     def __init__(self) -> None:
         self._items: deque[Event | None] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        # What a reader waiting on an empty queue takes events with, at once: the event is then
+        # handled without waking the reader (True), or queued as any other (False).
+        self.sink: Callable[[Event], bool] | None = None
 
     def qsize(self) -> int:
         return len(self._items)
@@ -58,6 +61,9 @@ class EventQueue:
         return not self._items
 
     def put_nowait(self, item: Event | None) -> None:
+        if self._waiter is not None and self.sink is not None and item is not None and not self._items \
+                and self.sink(item):
+            return
         self._items.append(item)
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():

@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -114,6 +115,39 @@ async def test_resetting_a_watch_stream_ends_that_watch_and_not_the_connections_
         await asyncio.wait_for(second.arrived.wait(), 10)
         event = json.loads(bytes(second.body).splitlines()[0])
         assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "seen")
+    finally:
+        client.close()
+
+
+async def test_watches_sharing_a_connection_each_get_every_event_in_order(
+        server: Server, http: aiohttp.ClientSession, namespace: str) -> None:
+    """Events a stream can take at once are written from the dispatch, the others by the watch's task:
+    either way, each watch sees every event once and in order."""
+    client = await H2Client.connect(server.url, server.ssl("admin"))
+    try:
+        streams = [(await client.start("GET", f"{coll(namespace)}?watch=true"))[1] for _ in range(20)]
+        await asyncio.sleep(0.5)
+        names = [f"e{i:03d}" for i in range(100)]
+        for chunk in range(0, 100, 25):
+            await asyncio.gather(*(http.post(coll(namespace), json=vc(n, namespace)) for n in names[chunk:chunk + 25]))
+
+        def lines(reply: Any) -> list[dict[str, Any]]:  # whole lines: a frame may end within one
+            return [json.loads(line) for line in bytes(reply.body).split(b"\n")[:-1]]
+
+        def seen(reply: Any) -> list[tuple[str, str]]:
+            return [(e["type"], e["object"]["metadata"]["name"]) for e in lines(reply)]
+
+        def added(reply: Any) -> list[str]:  # the reconciler's own writes come as MODIFIED events between
+            return sorted(name for kind, name in seen(reply) if kind == "ADDED")
+
+        for _ in range(200):
+            if all(len(added(r)) >= 100 for r in streams):
+                break
+            await asyncio.sleep(0.05)
+        assert all(added(r) == names for r in streams)
+        rvs = [[int(e["object"]["metadata"]["resourceVersion"]) for e in lines(r)] for r in streams]
+        shortest = min(len(r) for r in rvs)  # later MODIFIED events may still be arriving on some
+        assert all(r == sorted(set(r)) for r in rvs) and all(r[:shortest] == rvs[0][:shortest] for r in rvs)
     finally:
         client.close()
 

@@ -45,3 +45,32 @@ async def test_a_reader_that_gave_up_loses_nothing() -> None:
 def test_taking_from_an_empty_queue_without_waiting_says_so() -> None:
     with pytest.raises(asyncio.QueueEmpty):
         EventQueue().get_nowait()
+
+
+async def test_a_waiting_readers_sink_takes_events_without_waking_it_and_what_it_refuses_is_queued() -> None:
+    q = EventQueue()
+    taken: list[int] = []
+    accept = True
+    q.sink = lambda ev: accept and not taken.append(ev.rv)
+    q.put_nowait(event(1))  # no reader waits: queued, in order with what follows
+    assert (await q.get()).rv == 1 and taken == []
+    reader = asyncio.create_task(q.get())
+    await asyncio.sleep(0)
+    q.put_nowait(event(2))
+    q.put_nowait(event(3))
+    await asyncio.sleep(0)
+    assert taken == [2, 3] and not reader.done()  # the reader stays parked
+    accept = False
+    q.put_nowait(event(4))  # refused: queued, and the reader woken for it
+    q.put_nowait(event(5))  # behind a queued event: never past it into the sink
+    assert (await asyncio.wait_for(reader, 1)).rv == 4
+    assert taken == [2, 3] and (await q.get()).rv == 5
+
+
+async def test_the_end_of_a_stream_always_wakes_the_reader() -> None:
+    q = EventQueue()
+    q.sink = lambda ev: True
+    reader = asyncio.create_task(q.get())
+    await asyncio.sleep(0)
+    q.put_nowait(None)
+    assert await asyncio.wait_for(reader, 1) is None
