@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from collections.abc import Callable
@@ -84,8 +85,8 @@ class WatchServer:
             if chunk:
                 await stream.write(resp, chunk)
             writer = request.writer
-            if isinstance(writer, WritesNow):  # HTTP/2: an event the stream can take at once skips this task
-                watcher.queue.sink = lambda ev: writer.write_now(encoder.encode(ev))
+            if isinstance(writer, WritesNow) and not target.is_table:  # HTTP/2: what the stream takes at once
+                watcher.queue.sink = functools.partial(_write_now, writer, encoder)  # skips this task
             while loop.time() < stream.deadline:
                 # No timer per event: the watchdog wakes this stream (None) when its time is up or its
                 # client has gone, and cancels a write its client does not take in time.
@@ -123,7 +124,24 @@ class WatchServer:
 class WritesNow(Protocol):
     """A response writer that can take a chunk without waiting, when nothing has to be waited for."""
 
+    def can_write_now(self, size: int) -> bool: ...
+
     def write_now(self, data: bytes) -> bool: ...
+
+
+WRITE_NOW_ROOM = 64 << 10  # the room a stream must have for an event to be encoded for it in the dispatch
+
+
+def _write_now(writer: WritesNow, encoder: _EventEncoder, ev: Event) -> bool:
+    """The watch cache's dispatch hands a waiting watch its event: written at once, or (False) queued for
+    the watch's task. It runs in the dispatch, so a failure here is this watch's alone."""
+    if not writer.can_write_now(WRITE_NOW_ROOM):
+        return False
+    try:
+        return writer.write_now(encoder.encode(ev))
+    except Exception:  # the task meets it again and ends this watch
+        log.exception("encoding a watch event failed")
+        return False
 
 
 @dataclass(eq=False)

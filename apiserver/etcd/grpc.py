@@ -298,7 +298,7 @@ class _Connection(asyncio.Protocol):
                     break
                 kind, flags = buffer[offset + 3], buffer[offset + 4]
                 stream = int.from_bytes(buffer[offset + 5:offset + 9], "big") & 0x7FFFFFFF
-                self._onframe(kind, flags, stream, buffer[offset + 9:offset + 9 + size])
+                self._on_frame(kind, flags, stream, buffer[offset + 9:offset + 9 + size])
                 offset += 9 + size
         except (ValueError, IndexError, struct.error) as e:
             self._fail_all(CallBroken(f"bad HTTP/2 from etcd: {e}"))
@@ -355,7 +355,7 @@ class _Connection(asyncio.Protocol):
 
     # -- frames ----------------------------------------------------------------------------
 
-    def _onframe(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+    def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         if kind == DATA:
             self._on_data(flags, stream, payload)
         elif kind == HEADERS:

@@ -86,6 +86,7 @@ HTTP11 = "http/1.1"
 GO_MAX_STREAMS = 250  # Go's servers' default limit of concurrent streams
 STREAM_WINDOW = 1 << 20  # request body bytes a stream may send ahead of its handler's reads
 CONNECTION_WINDOW = 16 << 20  # and all the streams of a connection together
+FLUSH_AT = 256 << 10  # queued bytes written at once rather than at the loop's turn: the socket's back-pressure
 MAX_HEADER_LIST = (1 << 20) + (64 << 10)  # the HTTP/1.1 limits: 1 MiB request line, 64 KiB per field
 # Hop-by-hop fields HTTP/2 forbids (RFC 9113 8.2.2): aiohttp writes some of them for HTTP/1.1.
 _CONNECTION_FIELDS = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
@@ -159,14 +160,17 @@ class Http2Connection(asyncio.Protocol):
         self._initial_window = DEFAULT_WINDOW  # each new stream's
         self._max_frame = DEFAULT_MAX_FRAME
         self._unacknowledged = 0  # body bytes read since the connection's window was last given back
-        self._outgoing: list[bytes] = []  # frames written since the loop last flushed them
+        self._receive_window = CONNECTION_WINDOW  # what the client may still send before a WINDOW_UPDATE
+        self._outgoing: list[bytes | memoryview] = []  # frames written since the loop last flushed them
+        self._queued = 0  # their bytes
         self._writable = asyncio.Event()
         self._writable.set()
         self._change: asyncio.Event | None = None  # set when a window opens or a stream closes
         self._going_away = False  # GOAWAY sent or received: streams in flight finish, no new one is served
         self._idle = asyncio.Event()  # no stream in flight
         self._idle.set()
-        self._task_handler = None  # aiohttp's Server looks for it when a connection is lost
+        # aiohttp's Server keeps a lost connection in its shutdown until this is done: until its streams are
+        self._task_handler: asyncio.Future[None] = self._loop.create_future()
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -218,7 +222,12 @@ class Http2Connection(asyncio.Protocol):
             stream.closed_by_peer()
         self._writable.set()
         self._wake()
+        self._settle_if_done()
         self._server.connection_lost(self, exc)  # type: ignore[arg-type]
+
+    def _settle_if_done(self) -> None:
+        if self._transport is None and not self._streams and not self._task_handler.done():
+            self._task_handler.set_result(None)
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -279,7 +288,7 @@ class Http2Connection(asyncio.Protocol):
                 self._write(frame(SETTINGS, ACK, 0))
         elif kind == PING:
             if len(payload) != 8 or stream != 0:
-                raise _ConnectionError(FRAME_SIZE_ERROR, "a malformed PING")
+                raise _ConnectionError(PROTOCOL_ERROR if stream else FRAME_SIZE_ERROR, "a malformed PING")
             if not flags & ACK:
                 self._write(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
@@ -315,7 +324,7 @@ class Http2Connection(asyncio.Protocol):
     def _on_settings(self, payload: bytes) -> None:
         for key, value in struct.iter_unpack(">HI", payload):
             if key == SETTINGS_HEADER_TABLE_SIZE:
-                self._encoder.header_table_size = value
+                self._encoder.header_table_size = min(value, 4096)  # the table we keep for it: no larger
             elif key == SETTINGS_INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:
                     raise _ConnectionError(FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1")
@@ -332,13 +341,22 @@ class Http2Connection(asyncio.Protocol):
         if stream == 0:
             raise _ConnectionError(PROTOCOL_ERROR, "DATA on stream 0")
         size = len(payload)  # what flow control counts, padding included
+        self._receive_window -= size
+        if self._receive_window < 0:
+            raise _ConnectionError(FLOW_CONTROL_ERROR, "DATA beyond the connection's window")
         open_stream = self._streams.get(stream)
-        if open_stream is None or open_stream.remote_closed:
+        if open_stream is not None and not open_stream.closed:
+            open_stream.receive_window -= size
+            if open_stream.receive_window < 0:
+                self._acknowledge(None, size)
+                open_stream.reset(FLOW_CONTROL_ERROR)
+                return
+        if open_stream is None or open_stream.remote_closed or open_stream.closed:
             if stream > self._last_stream:
                 raise _ConnectionError(PROTOCOL_ERROR, f"DATA on idle stream {stream}")
             self._acknowledge(None, size)  # a stream that has ended: its bytes are let go
-            if open_stream is not None:  # after its END_STREAM (frames in flight after a reset are ignored)
-                open_stream.reset(STREAM_CLOSED)
+            if open_stream is not None and open_stream.remote_closed:  # after its END_STREAM
+                open_stream.reset(STREAM_CLOSED)  # (what was in flight when a stream was reset is ignored)
             return
         open_stream.body_received(_unpad(flags, payload), size)
         if flags & END_STREAM:
@@ -355,14 +373,16 @@ class Http2Connection(asyncio.Protocol):
         if sum(len(name) + len(value) + 32 for name, value in headers or ()) > MAX_HEADER_LIST:
             headers = None  # RFC 7541's size of a header list
         if (open_stream := self._streams.get(stream)) is not None:  # trailers: only the end matters
+            if open_stream.closed:
+                return
             if not ends:
                 open_stream.reset(PROTOCOL_ERROR)
             elif not open_stream.remote_closed:
                 open_stream.remote_closed = True
                 open_stream.payload.feed_eof()
             return
-        if stream <= self._last_stream:
-            raise _ConnectionError(STREAM_CLOSED, f"HEADERS on closed stream {stream}")
+        if stream <= self._last_stream:  # a stream that is over (reset, refused, answered): ignored
+            return
         self._last_stream = stream
         if self._going_away or len(self._streams) >= self._max_streams:
             self._write(frame(RST_STREAM, 0, stream, u32(REFUSED_STREAM)))  # the client retries elsewhere
@@ -384,15 +404,21 @@ class Http2Connection(asyncio.Protocol):
 
     async def _serve(self, stream: _Stream) -> None:
         writer = _StreamWriter(stream)
+        request: web.BaseRequest | None = None
         try:
-            message = stream.message()
-        except ValueError as e:  # as Go's servers: a malformed request is a stream error
-            log.info("refusing an HTTP/2 stream: %s", e)
-            stream.reset(PROTOCOL_ERROR)
-            return self._finished(stream)
-        request = self._server.request_factory(message, stream.payload, stream, writer,  # type: ignore[arg-type]
-                                               stream.task)
-        try:
+            try:
+                message = stream.message()
+            except ValueError as e:  # as Go's servers: a malformed request is a stream error
+                log.info("refusing an HTTP/2 stream: %s", e)
+                stream.reset(PROTOCOL_ERROR)
+                return
+            if message.headers.get("Expect", "").lower() == "100-continue":  # aiohttp would write it as HTTP/1.1
+                self._send_headers(stream.id, [(b":status", b"100")], end_stream=False)
+                fields = CIMultiDict(message.headers)
+                del fields["Expect"]
+                message = message._replace(headers=CIMultiDictProxy(fields))
+            request = self._server.request_factory(message, stream.payload, stream, writer,  # type: ignore[arg-type]
+                                                   stream.task)
             try:
                 resp = await self._server.request_handler(request)
             except web.HTTPException as exc:  # as aiohttp's HTTP/1.1 handler: the exception is the response
@@ -405,7 +431,8 @@ class Http2Connection(asyncio.Protocol):
             log.exception("serving an HTTP/2 stream failed")
             stream.reset(INTERNAL_ERROR)
         finally:
-            request._finish()
+            if request is not None:
+                request._finish()
             self._finished(stream)
 
     def _finished(self, stream: _Stream) -> None:
@@ -419,6 +446,7 @@ class Http2Connection(asyncio.Protocol):
         if not self._streams:
             self._idle.set()
             self._close_when_idle()
+            self._settle_if_done()
 
     def _close_when_idle(self) -> None:
         if self._going_away and not self._streams:
@@ -455,7 +483,7 @@ class Http2Connection(asyncio.Protocol):
         while True:
             if stream.closed or self._transport is None:
                 raise ConnectionResetError("the HTTP/2 stream is closed")
-            room = min(self._send_window, stream.send_window, len(view))
+            room = max(0, min(self._send_window, stream.send_window, len(view)))  # a lowered window: below 0
             if room <= 0 and view:
                 self._flush()
                 await self._changed()
@@ -472,11 +500,16 @@ class Http2Connection(asyncio.Protocol):
 
     def send_data_now(self, stream: _Stream, data: bytes) -> bool:
         """Queues ``data`` if the windows and the socket take all of it now; False: ``send_data`` must wait."""
-        if not data or len(data) > min(self._send_window, stream.send_window) or stream.closed \
-                or self._transport is None or not self._writable.is_set():
+        if not data or not self.can_send_now(stream, len(data)):
             return False
         self._queue_data(stream, memoryview(data), False)
         return True
+
+    def can_send_now(self, stream: _Stream, size: int) -> bool:
+        """Whether ``size`` bytes would be taken at once (``send_data_now``)."""
+        return size <= min(self._send_window, stream.send_window) and not stream.closed \
+            and self._transport is not None and self._writable.is_set()
+
 
     def _queue_data(self, stream: _Stream, view: memoryview, end_stream: bool) -> None:
         """DATA frames of at most the client's frame size for ``view``, which the windows have room for."""
@@ -498,28 +531,32 @@ class Http2Connection(asyncio.Protocol):
         self._unacknowledged += size
         if self._unacknowledged >= CONNECTION_WINDOW // 2:
             self._write(frame(WINDOW_UPDATE, 0, 0, u32(self._unacknowledged)))
+            self._receive_window += self._unacknowledged
             self._unacknowledged = 0
-        if stream is not None and not stream.remote_closed:
+        if stream is not None and not stream.remote_closed and not stream.closed:
             stream.unacknowledged += size
             if stream.unacknowledged >= STREAM_WINDOW // 2:
                 self._write(frame(WINDOW_UPDATE, 0, stream.id, u32(stream.unacknowledged)))
+                stream.receive_window += stream.unacknowledged
                 stream.unacknowledged = 0
 
     def _write(self, data: bytes) -> None:
-        if not self._outgoing:
-            self._loop.call_soon(self._flush)
-        self._outgoing.append(data)
+        self._outgoing_frame(data, b"")
 
     def _outgoing_frame(self, header: bytes, payload: bytes | memoryview) -> None:
-        """One write for every frame of this loop iteration: a fan-out's events to all its streams."""
+        """One write for the frames of a loop iteration (a fan-out's events to all its streams), or for
+        every FLUSH_AT bytes of them, so that a full socket pauses the writers in time."""
         if not self._outgoing:
             self._loop.call_soon(self._flush)
         self._outgoing.append(header)
+        self._queued += len(header) + len(payload)
         if payload:
-            self._outgoing.append(payload)  # type: ignore[arg-type]  # joined, not kept
+            self._outgoing.append(payload)
+        if self._queued >= FLUSH_AT:
+            self._flush()
 
     def _flush(self) -> None:
-        data, self._outgoing = self._outgoing, []
+        data, self._outgoing, self._queued = self._outgoing, [], 0
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(b"".join(data))
 
@@ -566,6 +603,7 @@ class _Stream:
         self.ended = False  # our side sent END_STREAM
         self.remote_closed = False  # the client's side sent END_STREAM
         self.unacknowledged = 0  # body bytes read since this stream's window was last given back
+        self.receive_window = STREAM_WINDOW  # what the client may still send on it before a WINDOW_UPDATE
         self._reading_paused = False
         self._unread = 0  # body bytes taken in while the handler was not reading
         # what aiohttp's request reads from its protocol
@@ -584,6 +622,7 @@ class _Stream:
         pseudo: dict[bytes, bytes] = {}
         fields: CIMultiDict[str] = CIMultiDict()
         raw: list[tuple[bytes, bytes]] = []
+        cookies: list[str] = []
         for name, value in self.headers:
             if name.startswith(b":"):
                 if name not in (b":method", b":path", b":scheme", b":authority") or name in pseudo or raw:
@@ -591,9 +630,14 @@ class _Stream:
                 pseudo[name] = value
             elif name.lower() != name or name.decode("latin-1") in _CONNECTION_FIELDS:
                 raise ValueError(f"a header field HTTP/2 does not allow: {name.decode('latin-1')}")
+            elif name == b"cookie":  # HTTP/2 may split it into fields (RFC 9113 8.2.3): one, as HTTP/1.1's
+                cookies.append(value.decode("utf-8", "surrogateescape"))
             else:
                 fields.add(name.decode("latin-1"), value.decode("utf-8", "surrogateescape"))
                 raw.append((name, value))
+        if cookies:
+            fields.add("Cookie", "; ".join(cookies))
+            raw.append((b"cookie", "; ".join(cookies).encode("utf-8", "surrogateescape")))
         method = pseudo.get(b":method", b"").decode("ascii", "replace")
         path = pseudo.get(b":path", b"").decode("utf-8", "surrogateescape")
         if not method or b":scheme" not in pseudo:
@@ -603,8 +647,10 @@ class _Stream:
         authority = pseudo.get(b":authority")
         if authority is not None and "Host" not in fields:
             fields["Host"] = authority.decode("latin-1")
+        target, _, query = path.partition("?")  # as aiohttp's parser: "//x/y" is a path, not an authority
+        url = URL.build(path=target, query_string=query, encoded=True)
         return RawRequestMessage(method, path, HttpVersion11, CIMultiDictProxy(fields), tuple(raw), False, None,
-                                 False, False, URL(path, encoded=True))
+                                 False, False, url)
 
     def body_received(self, data: bytes, flow_controlled: int) -> None:
         if data:
@@ -635,6 +681,7 @@ class _Stream:
     def reset(self, code: int) -> None:
         if not self.closed:
             self.closed = True
+            self.payload.set_exception(ConnectionResetError("the HTTP/2 stream was reset"))  # a reader stops
             self.connection.reset(self.id, code)
 
 
@@ -702,6 +749,9 @@ class _StreamWriter(AbstractStreamWriter):
         self.output_size += len(chunk)
         await self._stream.connection.send_data(self._stream, chunk, end_stream=True)
         self._stream.ended = True
+
+    def can_write_now(self, size: int) -> bool:
+        return self._headers is None and self._stream.connection.can_send_now(self._stream, size)
 
     def write_now(self, data: bytes) -> bool:
         """Sends ``data`` without waiting if nothing has to be waited for (the watch fan-out's path: no task

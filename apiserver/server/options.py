@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--enable-http2", default="true", choices=["true", "false"],
                    help="offer HTTP/2 by ALPN beside HTTP/1.1 (the host's aggregator then multiplexes its "
                         "requests on a few connections)")
-    p.add_argument("--http2-max-streams-per-connection", type=int, default=1000,
+    p.add_argument("--http2-max-streams-per-connection", type=_streams, default=1000,
                    help="streams a client may have open on one HTTP/2 connection; 0: Go's default, 250 "
                         "(kube's flag, with an aggregated API server's default: its client is a proxy)")
     p.add_argument("--etcd-servers", required=True, help="comma-separated etcd URLs")
@@ -105,6 +105,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--identity", default="", help="this replica's name for leader election (default: host:pid)")
     p.add_argument("-v", "--v", type=int, default=1, help="log verbosity (0-4)")
     return p.parse_args(argv)
+
+
+def _streams(value: str) -> int:
+    count = int(value)
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a number of streams")
+    return count
 
 
 def csv_list(value: str | None) -> list[str] | None:

@@ -62,7 +62,7 @@ class EventQueue:
 
     def put_nowait(self, item: Event | None) -> None:
         if self._waiter is not None and self.sink is not None and item is not None and not self._items \
-                and self.sink(item):
+                and not self._waiter.done() and self.sink(item):
             return
         self._items.append(item)
         waiter, self._waiter = self._waiter, None

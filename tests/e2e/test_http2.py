@@ -56,6 +56,28 @@ async def test_a_client_offering_http2_gets_it_and_the_same_answer_as_over_http1
     assert (over2["kind"], over2["reason"], over2["code"]) == ("Status", "NotFound", 404)
 
 
+def test_a_client_expecting_100_continue_gets_it_before_the_answer(
+        server: Server, namespace: str, tmp_path: Path) -> None:
+    body = tmp_path / "vc.json"
+    body.write_text(json.dumps(vc("expecting", namespace)))
+    crt, key = server.pki.cert("admin")
+    out = subprocess.run(["curl", "-sv", "--http2", "--cacert", str(server.pki.ca), "--cert", str(crt), "--key", str(key),
+                          "-H", "Expect: 100-continue", "-H", "Content-Type: application/json", "--data-binary",
+                          f"@{body}", server.url + coll(namespace)], capture_output=True, text=True, timeout=30)
+    assert "< HTTP/2 100" in out.stderr and "< HTTP/2 201" in out.stderr, out.stderr[-2000:]
+    assert json.loads(out.stdout)["metadata"]["name"] == "expecting"
+
+
+async def test_a_path_starting_with_two_slashes_is_a_path_as_over_http11(server: Server) -> None:
+    client = await H2Client.connect(server.url, server.ssl("admin"))
+    try:
+        reply = await client.request("GET", f"//elsewhere{GV}/virtualclusters")
+        used, over1 = curl(server, "--http1.1", f"//elsewhere{GV}/virtualclusters")
+        assert (reply.status, reply.json()) == (over1["code"], over1) and over1["reason"] == "NotFound"
+    finally:
+        client.close()
+
+
 async def test_many_requests_share_one_connection(server: Server, namespace: str) -> None:
     client = await H2Client.connect(server.url, server.ssl("admin"))
     try:
