@@ -57,10 +57,8 @@ from apiserver.machinery.http2 import (
     HEADERS,
     LAST_STREAM_ID,
     MAX_WINDOW,
-    PADDED,
     PING,
     PREFACE,
-    PRIORITY,
     REFUSED_STREAM,
     RST_STREAM,
     SETTINGS,
@@ -70,7 +68,11 @@ from apiserver.machinery.http2 import (
     SETTINGS_MAX_CONCURRENT_STREAMS,
     SETTINGS_MAX_FRAME_SIZE,
     WINDOW_UPDATE,
+    Change,
+    FrameReader,
+    HeaderBlocks,
     frame,
+    unpad,
 )
 
 STATUS_200 = 0x88  # HPACK: indexed header field, static table entry 8 = ":status: 200"
@@ -260,7 +262,7 @@ class _Connection(asyncio.Protocol):
         self._outgoing: list[bytes] = []  # frames written since the loop last flushed them
         self.transport: asyncio.Transport | None = None
         self.closed = False  # no new calls: gone away, broken, or closed by us
-        self.buffer = b""
+        self._frames = FrameReader()
         self.next_stream = 1
         self.calls: dict[int, _Call] = {}
         self.headers_by_method: dict[bytes, bytes] = {}
@@ -271,10 +273,8 @@ class _Connection(asyncio.Protocol):
         self.send_window = 65535  # the connection's
         self.unacknowledged = 0  # DATA received since our last connection WINDOW_UPDATE
         self.settled = asyncio.Event()  # the member's first SETTINGS are in: its limits are known
-        self._change: asyncio.Event | None = None  # set when a window opens, a stream ends, or it closes
-        self._block: bytearray | None = None  # a header block continued in CONTINUATION frames
-        self._block_stream = 0
-        self._block_ends_stream = False
+        self._change = Change()  # set when a window opens, a stream ends, or it closes
+        self._blocks = HeaderBlocks()
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -289,22 +289,12 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_read = self._loop.time()
-        buffer = self.buffer + data if self.buffer else data
-        offset = 0
         try:
-            while len(buffer) - offset >= 9:
-                size = int.from_bytes(buffer[offset:offset + 3], "big")
-                if len(buffer) - offset < 9 + size:
-                    break
-                kind, flags = buffer[offset + 3], buffer[offset + 4]
-                stream = int.from_bytes(buffer[offset + 5:offset + 9], "big") & 0x7FFFFFFF
-                self._on_frame(kind, flags, stream, buffer[offset + 9:offset + 9 + size])
-                offset += 9 + size
+            for kind, flags, stream, payload in self._frames.feed(data):
+                self._on_frame(kind, flags, stream, payload)
         except (ValueError, IndexError, struct.error) as e:
             self._fail_all(CallBroken(f"bad HTTP/2 from etcd: {e}"))
             self.close()
-            return
-        self.buffer = buffer[offset:]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -359,20 +349,11 @@ class _Connection(asyncio.Protocol):
         if kind == DATA:
             self._on_data(flags, stream, payload)
         elif kind == HEADERS:
-            if flags & PADDED:
-                payload = payload[1:len(payload) - payload[0]]
-            if flags & PRIORITY:
-                payload = payload[5:]
-            self._block, self._block_stream, self._block_ends_stream = bytearray(payload), stream, bool(
-                flags & END_STREAM)
-            if flags & END_HEADERS:
-                self._on_header_block()
+            if (block := self._blocks.headers(flags, stream, payload)) is not None:
+                self._on_header_block(*block)
         elif kind == CONTINUATION:
-            if self._block is None or stream != self._block_stream:
-                raise ValueError("CONTINUATION outside a header block")
-            self._block += payload
-            if flags & END_HEADERS:
-                self._on_header_block()
+            if (block := self._blocks.continuation(flags, stream, payload)) is not None:
+                self._on_header_block(*block)
         elif kind == SETTINGS:
             if not flags & ACK:
                 self._on_settings(payload)
@@ -422,8 +403,7 @@ class _Connection(asyncio.Protocol):
         if self.unacknowledged > MAX_WINDOW // 2:  # give back what we consumed, rarely
             self._write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.unacknowledged)))
             self.unacknowledged = 0
-        if flags & PADDED:
-            payload = payload[1:len(payload) - payload[0]]
+        payload = unpad(flags, payload)
         call = self.calls.get(stream)
         if call is not None:
             call.data += payload
@@ -444,15 +424,14 @@ class _Connection(asyncio.Protocol):
             if flags & END_STREAM:
                 self._finish(stream, call)
 
-    def _on_header_block(self) -> None:
-        block, stream, self._block = bytes(self._block or b""), self._block_stream, None
+    def _on_header_block(self, stream: int, block: bytes, ends_stream: bool) -> None:
         call = self.calls.get(stream)
         if call is None:
             return
         if not call.blocks and not call.data:  # the reply's headers, not its trailers
             call.answered = _status_is_200(block)
         call.blocks.append(block)
-        if self._block_ends_stream:
+        if ends_stream:
             self._finish(stream, call)
 
     # -- calls -----------------------------------------------------------------------------
@@ -470,14 +449,10 @@ class _Connection(asyncio.Protocol):
             self.transport.write(b"".join(data))
 
     async def _changed(self) -> None:
-        if self._change is None:
-            self._change = asyncio.Event()
         await self._change.wait()
 
     def _wake(self) -> None:
-        if self._change is not None:
-            self._change.set()
-            self._change = None
+        self._change.happened()
 
     def _finish(self, stream: int, call: _Call) -> None:
         data = call.data

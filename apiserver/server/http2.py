@@ -55,10 +55,8 @@ from apiserver.machinery.http2 import (
     INTERNAL_ERROR,
     MAX_WINDOW,
     NO_ERROR,
-    PADDED,
     PING,
     PREFACE,
-    PRIORITY,
     PRIORITY_FRAME,
     PROTOCOL_ERROR,
     PUSH_PROMISE,
@@ -72,9 +70,14 @@ from apiserver.machinery.http2 import (
     SETTINGS_MAX_HEADER_LIST_SIZE,
     STREAM_CLOSED,
     WINDOW_UPDATE,
+    Change,
+    FrameError,
+    FrameReader,
+    HeaderBlocks,
     frame,
     frame_header,
     u32,
+    unpad,
 )
 
 __all__ = ["ALPN", "GO_MAX_STREAMS", "HTTP11", "AlpnSite"]
@@ -132,12 +135,6 @@ class _Negotiator(asyncio.Protocol):
         protocol.connection_made(transport)
 
 
-class _ConnectionError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 class Http2Connection(asyncio.Protocol):
     """One HTTP/2 connection: its streams, each served as one request of the aiohttp application."""
 
@@ -146,13 +143,10 @@ class Http2Connection(asyncio.Protocol):
         self._max_streams = max_streams
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._buffer = b""
-        self._preface = False  # the client's preface has arrived
+        self._frames = FrameReader(DEFAULT_MAX_FRAME, PREFACE)  # we announce no larger SETTINGS_MAX_FRAME_SIZE
         self._decoder = hpack.Decoder(max_header_list_size=4 * MAX_HEADER_LIST)  # beyond: the connection ends
         self._encoder = hpack.Encoder()
-        self._block: bytearray | None = None  # a header block continued in CONTINUATION frames
-        self._block_stream = 0
-        self._block_ends_stream = False
+        self._blocks = HeaderBlocks(MAX_HEADER_LIST)
         self._streams: dict[int, _Stream] = {}
         self._last_stream = 0  # the highest stream the client has opened
         # What the client allows us, from its SETTINGS and WINDOW_UPDATEs
@@ -165,7 +159,7 @@ class Http2Connection(asyncio.Protocol):
         self._queued = 0  # their bytes
         self._writable = asyncio.Event()
         self._writable.set()
-        self._change: asyncio.Event | None = None  # set when a window opens or a stream closes
+        self._change = Change()  # set when a window opens or a stream closes
         self._going_away = False  # GOAWAY sent or received: streams in flight finish, no new one is served
         self._idle = asyncio.Event()  # no stream in flight
         self._idle.set()
@@ -185,33 +179,13 @@ class Http2Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._transport is None or self._transport.is_closing():
             return  # a connection error ended it: what follows is not read
-        buffer = self._buffer + data if self._buffer else data
-        offset = 0
         try:
-            if not self._preface:
-                if len(buffer) < len(PREFACE):
-                    self._buffer = buffer
-                    return
-                if not buffer.startswith(PREFACE):
-                    raise _ConnectionError(PROTOCOL_ERROR, "the connection did not start with HTTP/2's preface")
-                self._preface = True
-                offset = len(PREFACE)
-            while len(buffer) - offset >= 9:
-                size = int.from_bytes(buffer[offset:offset + 3], "big")
-                if size > DEFAULT_MAX_FRAME:  # what we allow: we announce no larger SETTINGS_MAX_FRAME_SIZE
-                    raise _ConnectionError(FRAME_SIZE_ERROR, f"a frame of {size} bytes")
-                if len(buffer) - offset < 9 + size:
-                    break
-                kind, flags = buffer[offset + 3], buffer[offset + 4]
-                stream = int.from_bytes(buffer[offset + 5:offset + 9], "big") & 0x7FFFFFFF
-                self._on_frame(kind, flags, stream, buffer[offset + 9:offset + 9 + size])
-                offset += 9 + size
-        except _ConnectionError as e:
+            for kind, flags, stream, payload in self._frames.feed(data):
+                self._on_frame(kind, flags, stream, payload)
+        except FrameError as e:
             log.info("closing an HTTP/2 connection: %s", e)
             self._go_away(e.code)
             self._close_transport()
-            return
-        self._buffer = buffer[offset:]
 
     def eof_received(self) -> bool | None:
         return None  # close: the client will send nothing more on any stream
@@ -256,62 +230,52 @@ class Http2Connection(asyncio.Protocol):
     # -- frames in ------------------------------------------------------------------------------
 
     def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
-        if self._block is not None and kind != CONTINUATION:
-            raise _ConnectionError(PROTOCOL_ERROR, "a header block was interrupted")
+        if self._blocks.open and kind != CONTINUATION:
+            raise FrameError(PROTOCOL_ERROR, "a header block was interrupted")
         if kind == WINDOW_UPDATE:  # most of what a client sends during a fan-out
             self._on_window_update(stream, payload)
         elif kind == DATA:
             self._on_data(flags, stream, payload)
         elif kind == HEADERS:
             if stream == 0 or stream % 2 == 0:
-                raise _ConnectionError(PROTOCOL_ERROR, f"HEADERS on stream {stream}")
-            payload = _unpad(flags, payload)
-            if flags & PRIORITY:
-                payload = payload[5:]
-            self._block, self._block_stream, self._block_ends_stream = bytearray(payload), stream, bool(
-                flags & END_STREAM)
-            if flags & END_HEADERS:
-                self._on_header_block()
+                raise FrameError(PROTOCOL_ERROR, f"HEADERS on stream {stream}")
+            if (block := self._blocks.headers(flags, stream, payload)) is not None:
+                self._on_header_block(*block)
         elif kind == CONTINUATION:
-            if self._block is None or stream != self._block_stream:
-                raise _ConnectionError(PROTOCOL_ERROR, "CONTINUATION outside a header block")
-            self._block += payload
-            if len(self._block) > MAX_HEADER_LIST:
-                raise _ConnectionError(PROTOCOL_ERROR, "a header block over the limit")
-            if flags & END_HEADERS:
-                self._on_header_block()
+            if (block := self._blocks.continuation(flags, stream, payload)) is not None:
+                self._on_header_block(*block)
         elif kind == SETTINGS:
             if stream != 0 or len(payload) % 6:
-                raise _ConnectionError(PROTOCOL_ERROR if stream else FRAME_SIZE_ERROR, "a malformed SETTINGS")
+                raise FrameError(PROTOCOL_ERROR if stream else FRAME_SIZE_ERROR, "a malformed SETTINGS")
             if not flags & ACK:
                 self._on_settings(payload)
                 self._write(frame(SETTINGS, ACK, 0))
         elif kind == PING:
             if len(payload) != 8 or stream != 0:
-                raise _ConnectionError(PROTOCOL_ERROR if stream else FRAME_SIZE_ERROR, "a malformed PING")
+                raise FrameError(PROTOCOL_ERROR if stream else FRAME_SIZE_ERROR, "a malformed PING")
             if not flags & ACK:
                 self._write(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
             if stream == 0 or len(payload) != 4:
-                raise _ConnectionError(PROTOCOL_ERROR, "a malformed RST_STREAM")
+                raise FrameError(PROTOCOL_ERROR, "a malformed RST_STREAM")
             if (open_stream := self._streams.get(stream)) is not None:
                 open_stream.closed_by_peer()
         elif kind == GOAWAY:
             self._going_away = True  # the client opens no more streams; those open are still answered
             self._close_when_idle()
         elif kind == PUSH_PROMISE:
-            raise _ConnectionError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+            raise FrameError(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
         elif kind == PRIORITY_FRAME and stream == 0:
-            raise _ConnectionError(PROTOCOL_ERROR, "PRIORITY on stream 0")
+            raise FrameError(PROTOCOL_ERROR, "PRIORITY on stream 0")
         # PRIORITY and frame types this server does not know are ignored, as RFC 9113 asks
 
     def _on_window_update(self, stream: int, payload: bytes) -> None:
         if len(payload) != 4:
-            raise _ConnectionError(FRAME_SIZE_ERROR, "a WINDOW_UPDATE not of 4 bytes")
+            raise FrameError(FRAME_SIZE_ERROR, "a WINDOW_UPDATE not of 4 bytes")
         increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
         if stream == 0:
             if not increment or self._send_window + increment > MAX_WINDOW:
-                raise _ConnectionError(PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR,
+                raise FrameError(PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR,
                                        "a connection WINDOW_UPDATE out of bounds")
             self._send_window += increment
         elif (open_stream := self._streams.get(stream)) is not None:
@@ -327,23 +291,23 @@ class Http2Connection(asyncio.Protocol):
                 self._encoder.header_table_size = min(value, 4096)  # the table we keep for it: no larger
             elif key == SETTINGS_INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:
-                    raise _ConnectionError(FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1")
+                    raise FrameError(FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1")
                 for open_stream in self._streams.values():
                     open_stream.send_window += value - self._initial_window
                 self._initial_window = value
             elif key == SETTINGS_MAX_FRAME_SIZE:
                 if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
-                    raise _ConnectionError(PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE out of bounds")
+                    raise FrameError(PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE out of bounds")
                 self._max_frame = value
         self._wake()
 
     def _on_data(self, flags: int, stream: int, payload: bytes) -> None:
         if stream == 0:
-            raise _ConnectionError(PROTOCOL_ERROR, "DATA on stream 0")
+            raise FrameError(PROTOCOL_ERROR, "DATA on stream 0")
         size = len(payload)  # what flow control counts, padding included
         self._receive_window -= size
         if self._receive_window < 0:
-            raise _ConnectionError(FLOW_CONTROL_ERROR, "DATA beyond the connection's window")
+            raise FrameError(FLOW_CONTROL_ERROR, "DATA beyond the connection's window")
         open_stream = self._streams.get(stream)
         if open_stream is not None and not open_stream.closed:
             open_stream.receive_window -= size
@@ -353,23 +317,21 @@ class Http2Connection(asyncio.Protocol):
                 return
         if open_stream is None or open_stream.remote_closed or open_stream.closed:
             if stream > self._last_stream:
-                raise _ConnectionError(PROTOCOL_ERROR, f"DATA on idle stream {stream}")
+                raise FrameError(PROTOCOL_ERROR, f"DATA on idle stream {stream}")
             self._acknowledge(None, size)  # a stream that has ended: its bytes are let go
             if open_stream is not None and open_stream.remote_closed:  # after its END_STREAM
                 open_stream.reset(STREAM_CLOSED)  # (what was in flight when a stream was reset is ignored)
             return
-        open_stream.body_received(_unpad(flags, payload), size)
+        open_stream.body_received(unpad(flags, payload), size)
         if flags & END_STREAM:
             open_stream.remote_closed = True
             open_stream.payload.feed_eof()
 
-    def _on_header_block(self) -> None:
-        block, stream, ends = bytes(self._block or b""), self._block_stream, self._block_ends_stream
-        self._block = None
+    def _on_header_block(self, stream: int, block: bytes, ends: bool) -> None:
         try:  # always decoded: the block changes the connection's HPACK table even for a refused stream
             headers: list[tuple[bytes, bytes]] | None = self._decoder.decode(block, raw=True)
         except hpack.HPACKError as e:  # the table may be out of step: the connection cannot go on
-            raise _ConnectionError(COMPRESSION_ERROR, f"an undecodable header block: {e}") from e
+            raise FrameError(COMPRESSION_ERROR, f"an undecodable header block: {e}") from e
         if sum(len(name) + len(value) + 32 for name, value in headers or ()) > MAX_HEADER_LIST:
             headers = None  # RFC 7541's size of a header list
         if (open_stream := self._streams.get(stream)) is not None:  # trailers: only the end matters
@@ -561,14 +523,10 @@ class Http2Connection(asyncio.Protocol):
             self._transport.write(b"".join(data))
 
     async def _changed(self) -> None:
-        if self._change is None:
-            self._change = asyncio.Event()
         await self._change.wait()
 
     def _wake(self) -> None:
-        if self._change is not None:
-            self._change.set()
-            self._change = None
+        self._change.happened()
 
     def extra_info(self, name: str, default: Any = None) -> Any:
         return default if self._transport is None else self._transport.get_extra_info(name, default)
@@ -576,14 +534,6 @@ class Http2Connection(asyncio.Protocol):
     @property
     def connection_closing(self) -> bool:
         return self._transport is None or self._transport.is_closing()
-
-
-def _unpad(flags: int, payload: bytes) -> bytes:
-    if not flags & PADDED:
-        return payload
-    if not payload or payload[0] >= len(payload):
-        raise _ConnectionError(PROTOCOL_ERROR, "padding longer than its frame")
-    return payload[1:len(payload) - payload[0]]
 
 
 class _Stream:
