@@ -19,6 +19,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -202,11 +203,14 @@ def update_markdown(path: Path, block: str, begin: str = BEGIN, end: str = END) 
 
 def _chart_entries(doc: Document, target: str) -> list[tuple[str, float]]:
     entries: list[tuple[str, float | None]] = []
+    prefixes = Counter(m["title"].split(":")[0] for m in doc["metrics"] if m["chart"])
     for m in doc["metrics"]:
         t = m["targets"].get(target)
         if not m["chart"] or not t:
             continue
         short = m["title"].split(":")[0]
+        if prefixes[short] > 1:  # two measures of one workload (the watch fan-out's): each by its own name
+            short = m["title"]
         entries.append((short + (" p50" if m["chart_p99"] else ""), t.get("ratio_p50")))
         if m["chart_p99"]:
             entries.append((short + " p99", t.get("ratio_p99")))
