@@ -38,7 +38,7 @@ from apiserver.kubeclient.client import KubeClient, in_cluster, running_in_clust
 from apiserver.kubeclient.kubeconfig import KubeconfigError
 from apiserver.registry.admission import Admission, NamespaceLifecycle, RestoreAuthorization
 from apiserver.server.app import SHUTDOWN_TIMEOUT, ServerState, build_app, version_info
-from apiserver.server.http2 import GO_MAX_STREAMS, AlpnSite
+from apiserver.server.http2 import AlpnSite
 from apiserver.server.metrics import Metrics
 from apiserver.server.options import csv_list, parse_args, read_file, serving_context
 from apiserver.storage.compactor import Compactor
@@ -207,7 +207,7 @@ async def serve(args: argparse.Namespace) -> None:
                            max_field_size=64 << 10, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
     site = AlpnSite(runner, args.bind_address, args.secure_port, ssl_context=serving, backlog=1024,
-                    max_streams=args.http2_max_streams_per_connection or GO_MAX_STREAMS)
+                    max_streams=args.http2_max_streams_per_connection)
     await site.start()
     log.info("serving on https://%s:%d", args.bind_address, args.secure_port)
     # What exists once the server is up (modules, schemas, the OpenAPI document, the app) lives as long

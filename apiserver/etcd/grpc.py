@@ -348,11 +348,8 @@ class _Connection(asyncio.Protocol):
     def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         if kind == DATA:
             self._on_data(flags, stream, payload)
-        elif kind == HEADERS:
-            if (block := self._blocks.headers(flags, stream, payload)) is not None:
-                self._on_header_block(*block)
-        elif kind == CONTINUATION:
-            if (block := self._blocks.continuation(flags, stream, payload)) is not None:
+        elif kind in (HEADERS, CONTINUATION):
+            if (block := self._blocks.take(kind, flags, stream, payload)) is not None:
                 self._on_header_block(*block)
         elif kind == SETTINGS:
             if not flags & ACK:

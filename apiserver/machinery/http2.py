@@ -28,8 +28,7 @@ _HEADER = struct.Struct(">BHBBI")  # a frame's 9 bytes: length (24 bits), type, 
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    size = len(payload)
-    return _HEADER.pack(size >> 16, size & 0xFFFF, kind, flags, stream) + payload
+    return frame_header(kind, flags, stream, len(payload)) + payload
 
 
 def frame_header(kind: int, flags: int, stream: int, size: int) -> bytes:
@@ -94,8 +93,11 @@ class HeaderBlocks:
         """A block has begun and not ended: only its CONTINUATION may come next."""
         return self._block is not None
 
+    def take(self, kind: int, flags: int, stream: int, payload: bytes) -> tuple[int, bytes, bool] | None:
+        """A HEADERS or CONTINUATION frame: (stream, block, END_STREAM) once the block is whole."""
+        return (self.headers if kind == HEADERS else self.continuation)(flags, stream, payload)
+
     def headers(self, flags: int, stream: int, payload: bytes) -> tuple[int, bytes, bool] | None:
-        """A HEADERS frame: (stream, block, END_STREAM) if it holds the whole block."""
         payload = unpad(flags, payload)
         if flags & PRIORITY:
             payload = payload[5:]

@@ -80,7 +80,7 @@ from apiserver.machinery.http2 import (
     unpad,
 )
 
-__all__ = ["ALPN", "GO_MAX_STREAMS", "HTTP11", "AlpnSite"]
+__all__ = ["ALPN", "HTTP11", "AlpnSite"]
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class AlpnSite(web.BaseSite):
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
         self._host = host
         self._port = port
-        self._max_streams = max_streams
+        self._max_streams = max_streams or GO_MAX_STREAMS  # 0, as kube's flag has it: Go's default
 
     @property
     def name(self) -> str:
@@ -143,6 +143,9 @@ class Http2Connection(asyncio.Protocol):
         self._max_streams = max_streams
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
+        self.ssl_context: ssl.SSLContext | None = None  # the connection's, read once it is made
+        self.peername: Any = None
+        self.sockname: Any = None
         self._frames = FrameReader(DEFAULT_MAX_FRAME, PREFACE)  # we announce no larger SETTINGS_MAX_FRAME_SIZE
         self._decoder = hpack.Decoder(max_header_list_size=4 * MAX_HEADER_LIST)  # beyond: the connection ends
         self._encoder = hpack.Encoder()
@@ -159,10 +162,8 @@ class Http2Connection(asyncio.Protocol):
         self._queued = 0  # their bytes
         self._writable = asyncio.Event()
         self._writable.set()
-        self._change = Change()  # set when a window opens or a stream closes
+        self._change = Change()  # a window opens, a stream closes, the last stream is done
         self._going_away = False  # GOAWAY sent or received: streams in flight finish, no new one is served
-        self._idle = asyncio.Event()  # no stream in flight
-        self._idle.set()
         # aiohttp's Server keeps a lost connection in its shutdown until this is done: until its streams are
         self._task_handler: asyncio.Future[None] = self._loop.create_future()
 
@@ -170,6 +171,9 @@ class Http2Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is one without the class
+        # what aiohttp's request reads from its protocol, the same for every stream of the connection
+        self.ssl_context, self.peername, self.sockname = (
+            transport.get_extra_info(name) for name in ("sslcontext", "peername", "sockname"))
         self._server.connection_made(self, transport)  # type: ignore[arg-type]  # shut down with the rest
         settings = b"".join(struct.pack(">HI", key, value) for key, value in (
             (SETTINGS_MAX_CONCURRENT_STREAMS, self._max_streams), (SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW),
@@ -186,9 +190,6 @@ class Http2Connection(asyncio.Protocol):
             log.info("closing an HTTP/2 connection: %s", e)
             self._go_away(e.code)
             self._close_transport()
-
-    def eof_received(self) -> bool | None:
-        return None  # close: the client will send nothing more on any stream
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._transport = None
@@ -221,11 +222,15 @@ class Http2Connection(asyncio.Protocol):
         """Wait up to ``timeout`` for the streams in flight, then cancel what is left and close."""
         self.close()
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            await asyncio.wait_for(self._streams_done(), timeout)
         except TimeoutError:
             for stream in list(self._streams.values()):
                 stream.task.cancel()
         self._close_transport()
+
+    async def _streams_done(self) -> None:
+        while self._streams:
+            await self._change.wait()
 
     # -- frames in ------------------------------------------------------------------------------
 
@@ -236,13 +241,10 @@ class Http2Connection(asyncio.Protocol):
             self._on_window_update(stream, payload)
         elif kind == DATA:
             self._on_data(flags, stream, payload)
-        elif kind == HEADERS:
-            if stream == 0 or stream % 2 == 0:
+        elif kind in (HEADERS, CONTINUATION):
+            if kind == HEADERS and (stream == 0 or stream % 2 == 0):
                 raise FrameError(PROTOCOL_ERROR, f"HEADERS on stream {stream}")
-            if (block := self._blocks.headers(flags, stream, payload)) is not None:
-                self._on_header_block(*block)
-        elif kind == CONTINUATION:
-            if (block := self._blocks.continuation(flags, stream, payload)) is not None:
+            if (block := self._blocks.take(kind, flags, stream, payload)) is not None:
                 self._on_header_block(*block)
         elif kind == SETTINGS:
             if stream != 0 or len(payload) % 6:
@@ -356,7 +358,6 @@ class Http2Connection(asyncio.Protocol):
             return
         new = _Stream(self, stream, headers, self._initial_window)
         self._streams[stream] = new
-        self._idle.clear()
         if ends:
             new.remote_closed = True
             new.payload.feed_eof()
@@ -406,7 +407,7 @@ class Http2Connection(asyncio.Protocol):
             elif not stream.remote_closed:  # answered before its body ended: the rest is not wanted
                 stream.reset(NO_ERROR)
         if not self._streams:
-            self._idle.set()
+            self._wake()  # shutdown waits for this
             self._close_when_idle()
             self._settle_if_done()
 
@@ -471,7 +472,6 @@ class Http2Connection(asyncio.Protocol):
         """Whether ``size`` bytes would be taken at once (``send_data_now``)."""
         return size <= min(self._send_window, stream.send_window) and not stream.closed \
             and self._transport is not None and self._writable.is_set()
-
 
     def _queue_data(self, stream: _Stream, view: memoryview, end_stream: bool) -> None:
         """DATA frames of at most the client's frame size for ``view``, which the windows have room for."""
@@ -557,9 +557,8 @@ class _Stream:
         self._reading_paused = False
         self._unread = 0  # body bytes taken in while the handler was not reading
         # what aiohttp's request reads from its protocol
-        self.ssl_context = connection.extra_info("sslcontext")
-        self.peername = connection.extra_info("peername")
-        self.sockname = connection.extra_info("sockname")
+        self.ssl_context, self.peername, self.sockname = connection.ssl_context, connection.peername, \
+            connection.sockname
         self.max_field_size = 64 << 10
         self.max_headers = 128
 
@@ -624,15 +623,17 @@ class _Stream:
             self.connection._acknowledge(self, size)
 
     def closed_by_peer(self) -> None:
-        self.closed = True
-        self.payload.set_exception(ConnectionResetError("the HTTP/2 stream was reset"))
+        self._close()
         self.connection._wake()  # a writer waiting on this stream's window gives up
 
     def reset(self, code: int) -> None:
         if not self.closed:
-            self.closed = True
-            self.payload.set_exception(ConnectionResetError("the HTTP/2 stream was reset"))  # a reader stops
+            self._close()
             self.connection.reset(self.id, code)
+
+    def _close(self) -> None:
+        self.closed = True
+        self.payload.set_exception(ConnectionResetError("the HTTP/2 stream was reset"))  # a reader stops
 
 
 class _StreamTransport:
