@@ -14,7 +14,7 @@ This is the least of HTTP/2 these calls need, in an :class:`asyncio.Protocol`:
 - We announce a header table size of 0, so etcd (grpc-go) keeps no dynamic table for its replies
   and every block it sends can be read alone. Of a successful reply only ``:status: 200`` is
   checked, which grpc-go sends first, as static entry 8; a unary reply carries its message only
-  on success. The header blocks of any other ending are decoded (:mod:`hpack`) for etcd's
+  on success. The header blocks of any other ending are decoded (:mod:`apiserver.machinery.hpack`) for etcd's
   ``grpc-status`` and ``grpc-message``, raised as :class:`GrpcError`.
 - A call that failed before etcd could have seen it raises :class:`NotSent` (safe to send to
   another member); one whose connection broke after it was sent raises :class:`CallBroken`:
@@ -44,8 +44,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
-import hpack
-
+from apiserver.machinery import hpack
+from apiserver.machinery.hpack import NEVER_INDEXED
 from apiserver.machinery.http2 import (
     ACK,
     CANCEL,
@@ -138,34 +138,12 @@ class CallBroken(ConnectionError):
     """The connection broke after the call was sent: etcd may or may not have carried it out."""
 
 
-def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out, value = bytearray((first | limit,)), value - limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _hpack_string(text: str) -> bytes:
-    raw = text.encode()
-    return _hpack_int(len(raw), 7, 0) + raw  # not Huffman-coded
-
-
 def request_headers(endpoint: Endpoint, path: bytes) -> bytes:
     """The header block of every call of one method: static-table entries and never-indexed
     literals only, so that it leaves no state in either side's HPACK table."""
-    def never_indexed(static_index: int, value: str) -> bytes:
-        return _hpack_int(static_index, 4, 0x10) + _hpack_string(value)
-    return (b"\x83"  # :method: POST
-            + (b"\x87" if endpoint.tls else b"\x86")  # :scheme: https / http
-            + never_indexed(4, path.decode())  # :path
-            + never_indexed(1, f"{endpoint.host}:{endpoint.port}")  # :authority
-            + never_indexed(31, "application/grpc")  # content-type
-            + b"\x10" + _hpack_string("te") + _hpack_string("trailers"))
+    return hpack.encode([(b":method", b"POST"), (b":scheme", b"https" if endpoint.tls else b"http"), (b":path", path),
+                         (b":authority", f"{endpoint.host}:{endpoint.port}".encode()),
+                         (b"content-type", b"application/grpc"), (b"te", b"trailers")], first=NEVER_INDEXED)
 
 
 def _status_is_200(block: bytes) -> bool:
@@ -185,9 +163,9 @@ def grpc_status(blocks: list[bytes]) -> GrpcError:
     found: dict[str, str] = {}
     try:
         for block in blocks:
-            for name, value in hpack.Decoder().decode(block):  # stateless: the table size is 0
-                found[name] = value
-    except hpack.HPACKError as e:
+            for name, value in hpack.Decoder(max_table_size=0).decode(block):  # we announced a table of 0
+                found[name.decode("latin-1")] = value.decode("utf-8", "replace")
+    except hpack.HpackError as e:
         return GrpcError(GRPC_UNKNOWN, f"etcd's reply could not be read ({e})")
     status = found.get("grpc-status")
     if status is None or not status.isdigit():

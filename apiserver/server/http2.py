@@ -12,7 +12,8 @@ sends GOAWAY (no new streams), ``shutdown(timeout)`` waits for the streams in fl
 
 The framing is our own, as the etcd client's is: a fan-out's cost is per frame (a DATA frame out and,
 from Go's clients, about one WINDOW_UPDATE back per frame), and a general-purpose library's per-frame
-state machine cost as much as the TLS records it saves. Header blocks are HPACK-coded by :mod:`hpack`.
+state machine cost as much as the TLS records it saves. Header blocks are HPACK-coded by
+:mod:`apiserver.machinery.hpack`; our responses' blocks never index, so they change no table.
 
 - Frames written in one pass of the event loop leave in one write.
 - Flow control both ways: a stream's request body is given window back as its handler reads it
@@ -29,7 +30,6 @@ import ssl
 import struct
 from typing import Any, cast
 
-import hpack
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_parser import RawRequestMessage
@@ -38,6 +38,7 @@ from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from apiserver.machinery import hpack
 from apiserver.machinery.http2 import (
     ACK,
     CANCEL,
@@ -63,7 +64,6 @@ from apiserver.machinery.http2 import (
     REFUSED_STREAM,
     RST_STREAM,
     SETTINGS,
-    SETTINGS_HEADER_TABLE_SIZE,
     SETTINGS_INITIAL_WINDOW_SIZE,
     SETTINGS_MAX_CONCURRENT_STREAMS,
     SETTINGS_MAX_FRAME_SIZE,
@@ -148,7 +148,6 @@ class Http2Connection(asyncio.Protocol):
         self.sockname: Any = None
         self._frames = FrameReader(DEFAULT_MAX_FRAME, PREFACE)  # we announce no larger SETTINGS_MAX_FRAME_SIZE
         self._decoder = hpack.Decoder(max_header_list_size=4 * MAX_HEADER_LIST)  # beyond: the connection ends
-        self._encoder = hpack.Encoder()
         self._blocks = HeaderBlocks(MAX_HEADER_LIST)
         self._streams: dict[int, _Stream] = {}
         self._last_stream = 0  # the highest stream the client has opened
@@ -289,9 +288,7 @@ class Http2Connection(asyncio.Protocol):
 
     def _on_settings(self, payload: bytes) -> None:
         for key, value in struct.iter_unpack(">HI", payload):
-            if key == SETTINGS_HEADER_TABLE_SIZE:
-                self._encoder.header_table_size = min(value, 4096)  # the table we keep for it: no larger
-            elif key == SETTINGS_INITIAL_WINDOW_SIZE:
+            if key == SETTINGS_INITIAL_WINDOW_SIZE:  # (its header table size: our blocks use none)
                 if value > MAX_WINDOW:
                     raise FrameError(FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1")
                 for open_stream in self._streams.values():
@@ -331,8 +328,8 @@ class Http2Connection(asyncio.Protocol):
 
     def _on_header_block(self, stream: int, block: bytes, ends: bool) -> None:
         try:  # always decoded: the block changes the connection's HPACK table even for a refused stream
-            headers: list[tuple[bytes, bytes]] | None = self._decoder.decode(block, raw=True)
-        except hpack.HPACKError as e:  # the table may be out of step: the connection cannot go on
+            headers: list[tuple[bytes, bytes]] | None = self._decoder.decode(block)
+        except hpack.HpackError as e:  # the table may be out of step: the connection cannot go on
             raise FrameError(COMPRESSION_ERROR, f"an undecodable header block: {e}") from e
         if sum(len(name) + len(value) + 32 for name, value in headers or ()) > MAX_HEADER_LIST:
             headers = None  # RFC 7541's size of a header list
@@ -427,7 +424,7 @@ class Http2Connection(asyncio.Protocol):
     # -- frames out -----------------------------------------------------------------------------
 
     def _send_headers(self, stream: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
-        block = self._encoder.encode(headers, huffman=False)
+        block = hpack.encode(headers)
         first, block = block[:self._max_frame], block[self._max_frame:]
         flags = (END_STREAM if end_stream else 0) | (0 if block else END_HEADERS)
         self._write(frame(HEADERS, flags, stream, first))
