@@ -14,7 +14,6 @@ schema's field kinds (:func:`type_of`): nested schemas are structs, ``Map`` fiel
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from marshmallow import Schema, fields
 
 from apiserver.machinery.fields import Time, field_of, list_type, map_type, struct_type
 from apiserver.machinery.golang import go_float
+from apiserver.machinery.jsonutil import json_copy
 
 __all__ = ["ATOMIC", "Comparison", "FieldsV1Error", "Path", "Type", "TypingError", "compare", "ensure_named",
            "from_fields_v1", "prune", "to_fields_v1", "type_errors", "type_of", "without_prefixes"]
@@ -392,16 +392,19 @@ def _atomic(t: Type) -> bool:
         (t.kind == MAP and t.relationship == "atomic")
 
 
-def set_of(config: Any, t: Type) -> set[Path]:
+def set_of(config: Any, t: Type, named: bool = False) -> set[Path]:
     """The paths an applied configuration sets (``typed.ToFieldSet``): every scalar leaf, atomic
     lists and maps whole, ``null`` and empty structs/maps as leaves; map entries and items of sets
-    and keyed lists are members themselves; an empty granular list contributes nothing."""
+    and keyed lists are members themselves; an empty granular list contributes nothing.
+
+    ``named``: and, in the same walk, what :func:`ensure_named` would add (the declared struct
+    fields on the way to a member), as pruning needs it."""
     out: set[Path] = set()
-    _set_of(config, t, (), out)
+    _set_of(config, t, (), out, named)
     return out
 
 
-def _set_of(value: Any, t: Type, path: Path, out: set[Path]) -> None:
+def _set_of(value: Any, t: Type, path: Path, out: set[Path], named: bool) -> None:
     if _atomic(t) or value is None:
         if path:
             out.add(path)
@@ -412,7 +415,7 @@ def _set_of(value: Any, t: Type, path: Path, out: set[Path]) -> None:
         for item in value:
             pe = _item_element(t, item)
             out.add((*path, pe))
-            _set_of(item, t.elem or ATOMIC, (*path, pe), out)
+            _set_of(item, t.elem or ATOMIC, (*path, pe), out, named)
         return
     if not isinstance(value, dict):
         raise TypingError(f"{path_string(path)}: expected map")
@@ -420,11 +423,21 @@ def _set_of(value: Any, t: Type, path: Path, out: set[Path]) -> None:
         if path:
             out.add(path)
         return
+    struct = t.kind == STRUCT
     for key, sub in value.items():
         child = (*path, "f:" + key)
-        if t.kind == MAP:
+        if not struct:
             out.add(child)
-        _set_of(sub, (t.fields.get(key) if t.kind == STRUCT else t.elem) or ATOMIC, child, out)
+            _set_of(sub, t.elem or ATOMIC, child, out, named)
+        elif (declared := t.fields.get(key)) is None:
+            _set_of(sub, ATOMIC, child, out, named)
+        elif named:
+            before = len(out)
+            _set_of(sub, declared, child, out, named)
+            if len(out) > before:  # a member at or under it: the field is named on the way
+                out.add(child)
+        else:
+            _set_of(sub, declared, child, out, named)
 
 
 def merge(live: Any, config: Any, t: Type) -> Any:
@@ -434,13 +447,13 @@ def merge(live: Any, config: Any, t: Type) -> Any:
     if config is _MISSING:
         return live
     if live is _MISSING or live is None or config is None or _atomic(t):
-        return copy.deepcopy(config)
+        return json_copy(config)
     if t.kind == LIST:
         if not isinstance(live, list) or not isinstance(config, list):
-            return copy.deepcopy(config)
+            return json_copy(config)
         return _merge_list(live, config, t)
     if not isinstance(live, dict) or not isinstance(config, dict):
-        return copy.deepcopy(config)
+        return json_copy(config)
     out = dict(live)
     for key, sub in config.items():
         out[key] = merge(live.get(key, _MISSING), sub,
@@ -470,18 +483,18 @@ def _merge_list(live: list[Any], config: list[Any], t: Type) -> list[Any]:
         if pe in config_items:
             nxt = next(shared_iter)
             for new in before[nxt]:
-                out.append(copy.deepcopy(config_items[new]))
+                out.append(json_copy(config_items[new]))
             out.append(merge(live_by_pe[nxt], config_items[nxt], elem))
         else:
             out.append(live_by_pe[pe])
     for new in pending:
-        out.append(copy.deepcopy(config_items[new]))
+        out.append(json_copy(config_items[new]))
     return out
 
 
 def remove_paths(obj: Any, paths: Iterable[Path], t: Type) -> Any:
     """``obj`` without the values at ``paths`` (a new object; items of granular lists by element)."""
-    obj = copy.deepcopy(obj)
+    obj = json_copy(obj)
     paths = set(paths)
     for path in paths:
         if not any(path[:depth] in paths for depth in range(1, len(path))):  # the outermost goes whole
@@ -542,10 +555,10 @@ def prune(merged: Any, last: set[Path], owned: set[Path], t: Type) -> Any:
     if not last:
         return merged
     last_named = ensure_named(last, t)
-    merged_set = ensure_named(set_of(merged, t), t)
+    merged_set = set_of(merged, t, named=True)
     pruned = remove_paths(merged, last_named, t)
-    pruned = remove_paths(merged, merged_set - ensure_named(set_of(pruned, t), t) - ensure_named(owned, t), t)
-    return remove_paths(merged, (merged_set - ensure_named(set_of(pruned, t), t)) & last_named, t)
+    pruned = remove_paths(merged, merged_set - set_of(pruned, t, named=True) - ensure_named(owned, t), t)
+    return remove_paths(merged, (merged_set - set_of(pruned, t, named=True)) & last_named, t)
 
 
 def path_string(path: Path) -> str:

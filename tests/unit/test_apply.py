@@ -9,7 +9,17 @@ from typing import Any
 import pytest
 
 from apiserver.machinery import errors
-from apiserver.machinery.fieldpath import LIST, SCALAR, STRUCT, Type, merge, path_string, set_of, to_fields_v1
+from apiserver.machinery.fieldpath import (
+    LIST,
+    SCALAR,
+    STRUCT,
+    Type,
+    ensure_named,
+    merge,
+    path_string,
+    set_of,
+    to_fields_v1,
+)
 from apiserver.registry.fieldmanager import FieldManager
 from apiserver.registry.virtualcluster import VirtualClusterStrategy
 from tests.unit.test_fieldmanager import GV, at, entries, stored, vc
@@ -47,6 +57,20 @@ def test_an_empty_granular_list_contributes_nothing_and_null_and_empty_are_leave
     """✔ §3 and case 18."""
     paths = set_of({"spec": {"externalIps": None, "promoteResources": {"resources": {}, "nodes": []}}}, ROOT)
     assert to_fields_v1(paths) == {"f:spec": {"f:externalIps": {}, "f:promoteResources": {"f:resources": {}}}}
+
+
+@pytest.mark.parametrize("obj", [
+    config({"externalIps": ["10.0.0.2"], "pluginOptions": [{"name": "b", "value": "2"}],
+            "promoteResources": {"resources": {"cpu": "4"}, "nodes": []}, "kubeInKubeConfig": {}},
+           labels={"team": "a"}, finalizers=["kosmos.io/finalizer"],
+           ownerReferences=[{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u1"}]),
+    config({"promotePolicies": [{"labelSelector": {"matchLabels": {"zone": "a"}}, "nodeCount": 2}],
+            "unknownField": {"deep": {"x": 1}}}, {"phase": "Pending", "nodes": [{"name": "n1", "phase": "Ready"}]},
+           annotations={"a": "b"}),
+    config({"promoteResources": {"resources": None}}),
+])
+def test_a_named_set_of_is_the_set_with_its_struct_fields_named_in_one_walk(obj: Obj) -> None:
+    assert set_of(obj, ROOT, named=True) == ensure_named(set_of(obj, ROOT), ROOT)
 
 
 def test_reapplying_the_same_configuration_keeps_the_entry_and_its_time() -> None:
