@@ -96,7 +96,7 @@ class Patch:
         check_nesting(document, "the patch", raw=self.body)
         if document is not None and not isinstance(document, kind):
             raise errors.bad_request(f"error decoding patch: {gojson.type_error(document, go_type)}")
-        return document, [f'duplicate field "{d}"' for d in duplicate_fields(self.body)]
+        return document, [f'duplicate field "{d}"' for d in duplicate_fields(self.body, document)]
 
     def _lenient(self) -> Any:
         document, problem = parse_json(self.body)
