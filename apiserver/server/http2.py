@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import struct
 from typing import Any, cast
@@ -87,6 +88,7 @@ log = logging.getLogger(__name__)
 ALPN = "h2"
 HTTP11 = "http/1.1"
 GO_MAX_STREAMS = 250  # Go's servers' default limit of concurrent streams
+TCP_KEEPALIVE_PERIOD = 180  # seconds: kube-apiserver's listener (defaultKeepAlivePeriod)
 STREAM_WINDOW = 1 << 20  # request body bytes a stream may send ahead of its handler's reads
 CONNECTION_WINDOW = 16 << 20  # and all the streams of a connection together
 FLUSH_AT = 256 << 10  # queued bytes written at once rather than at the loop's turn: the socket's back-pressure
@@ -99,11 +101,12 @@ class AlpnSite(web.BaseSite):
     """A TLS listener whose connections speak HTTP/2 when the client picks it by ALPN, else HTTP/1.1."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext,
-                 backlog: int = 128, max_streams: int = 1000) -> None:
+                 backlog: int = 128, max_streams: int = 1000, idle_timeout: float = 0.0) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
         self._host = host
         self._port = port
         self._max_streams = max_streams or GO_MAX_STREAMS  # 0, as kube's flag has it: Go's default
+        self._idle_timeout = idle_timeout  # 0: an HTTP/2 connection without streams stays open
 
     @property
     def name(self) -> str:
@@ -113,24 +116,31 @@ class AlpnSite(web.BaseSite):
         await super().start()
         server = self._runner.server
         assert server is not None
-        max_streams = self._max_streams
+        max_streams, idle_timeout = self._max_streams, self._idle_timeout
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Negotiator(server, max_streams), self._host, self._port, ssl=self._ssl_context,
+            lambda: _Negotiator(server, max_streams, idle_timeout), self._host, self._port, ssl=self._ssl_context,
             backlog=self._backlog, reuse_address=True)
 
 
 class _Negotiator(asyncio.Protocol):
     """Hands a connection, once its TLS handshake is done, to the protocol its client chose."""
 
-    def __init__(self, server: web.Server, max_streams: int) -> None:
+    def __init__(self, server: web.Server, max_streams: int, idle_timeout: float) -> None:
         self._server = server
         self._max_streams = max_streams
+        self._idle_timeout = idle_timeout
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # as kube's listener: a peer gone without a FIN is found in minutes, not hours
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if hasattr(socket, "TCP_KEEPIDLE"):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, TCP_KEEPALIVE_PERIOD)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, TCP_KEEPALIVE_PERIOD)
         ssl_object = transport.get_extra_info("ssl_object")
         chosen = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
-        protocol: asyncio.BaseProtocol = (Http2Connection(self._server, self._max_streams) if chosen == ALPN
-                                          else self._server())
+        protocol: asyncio.BaseProtocol = (Http2Connection(self._server, self._max_streams, self._idle_timeout)
+                                          if chosen == ALPN else self._server())
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
 
@@ -138,9 +148,11 @@ class _Negotiator(asyncio.Protocol):
 class Http2Connection(asyncio.Protocol):
     """One HTTP/2 connection: its streams, each served as one request of the aiohttp application."""
 
-    def __init__(self, server: web.Server, max_streams: int) -> None:
+    def __init__(self, server: web.Server, max_streams: int, idle_timeout: float = 0.0) -> None:
         self._server = server
         self._max_streams = max_streams
+        self._idle_timeout = idle_timeout
+        self._idle_timer: asyncio.TimerHandle | None = None  # armed while no stream is open
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self.ssl_context: ssl.SSLContext | None = None  # the connection's, read once it is made
@@ -178,6 +190,7 @@ class Http2Connection(asyncio.Protocol):
             (SETTINGS_MAX_CONCURRENT_STREAMS, self._max_streams), (SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW),
             (SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)))
         self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, u32(CONNECTION_WINDOW - DEFAULT_WINDOW)))
+        self._idle()
 
     def data_received(self, data: bytes) -> None:
         if self._transport is None or self._transport.is_closing():
@@ -192,6 +205,7 @@ class Http2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._transport = None
+        self._busy()
         for stream in list(self._streams.values()):
             stream.closed_by_peer()
         self._writable.set()
@@ -355,6 +369,7 @@ class Http2Connection(asyncio.Protocol):
             return
         new = _Stream(self, stream, headers, self._initial_window)
         self._streams[stream] = new
+        self._busy()
         if ends:
             new.remote_closed = True
             new.payload.feed_eof()
@@ -407,6 +422,17 @@ class Http2Connection(asyncio.Protocol):
             self._wake()  # shutdown waits for this
             self._close_when_idle()
             self._settle_if_done()
+            self._idle()
+
+    def _idle(self) -> None:
+        """No stream open: as Go's servers do after their idle timeout, GOAWAY and close unless one opens."""
+        if self._idle_timeout > 0 and self._transport is not None and self._idle_timer is None:
+            self._idle_timer = self._loop.call_later(self._idle_timeout, self.close)
+
+    def _busy(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
 
     def _close_when_idle(self) -> None:
         if self._going_away and not self._streams:

@@ -196,3 +196,31 @@ def test_http2_can_be_switched_off(server: Server, tmp_path: Path) -> None:
         assert used == "1.1" and body["kind"] == "VirtualClusterList"
     finally:
         api.stop()
+
+
+async def test_an_idle_connection_is_told_goaway_and_closed_and_a_busy_one_is_not(
+        server: Server, namespace: str, tmp_path: Path) -> None:
+    """``--idle-connection-timeout``: no stream open for that long, and the server ends the connection
+    (GOAWAY with NO_ERROR, as Go's servers do); a connection carrying a watch stays open through it."""
+    api = ApiServer(server.pki, server.api.etcd_url, free_port(), tmp_path / "vc.log",
+                    extra_args=["--idle-connection-timeout=1", "--enable-reconciler=false"]).start()
+    idle = busy = None
+    try:
+        short = Server(api, server.pki, server.kubeconfig, server.user_kubeconfig)
+        idle = await H2Client.connect(short.url, server.ssl("admin"))
+        busy = await H2Client.connect(short.url, server.ssl("admin"))
+        _, watch = await busy.start("GET", f"{coll(namespace)}?watch=true&timeoutSeconds=4")
+        await asyncio.sleep(0.5)
+        assert (await idle.request("GET", coll(namespace))).status == 200  # its second starts again
+        await asyncio.wait_for(idle.lost.wait(), 10)
+        assert idle.goaway is not None and idle.goaway.error_code == 0
+        await asyncio.sleep(0.5)
+        assert busy.goaway is None and not watch.ended.is_set()  # 2 s since it opened: its watch holds it
+        await asyncio.wait_for(watch.ended.wait(), 10)  # the watch ends at its timeout; then the connection idles
+        await asyncio.wait_for(busy.lost.wait(), 10)
+        assert busy.goaway is not None and busy.goaway.error_code == 0
+    finally:
+        for client in (idle, busy):
+            if client is not None:
+                client.close()
+        api.stop()
