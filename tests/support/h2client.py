@@ -1,5 +1,7 @@
 """An HTTP/2 client for tests: many requests as streams of one TLS connection, each answered whole or
-read as it comes (watches), and any stream reset on demand. The ``h2`` library keeps the protocol."""
+read as it comes (watches), and any stream reset on demand. The ``h2`` library keeps the protocol
+until the server's GOAWAY; after it, the library refuses every frame, where RFC 9113 (6.8) lets the
+streams the GOAWAY names finish, so those frames are read here."""
 
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ class H2Client(asyncio.Protocol):
         self.goaway: h2.events.ConnectionTerminated | None = None
         self.lost = asyncio.Event()
         self.window_opened = asyncio.Event()
+        self._unread = bytearray()  # the start of a frame not yet whole
 
     @classmethod
     async def connect(cls, url: str, ctx: ssl.SSLContext) -> H2Client:
@@ -58,7 +61,33 @@ class H2Client(asyncio.Protocol):
         self.transport.write(self.conn.data_to_send())
 
     def data_received(self, data: bytes) -> None:
-        for ev in self.conn.receive_data(data):
+        self._unread += data
+        while len(self._unread) >= 9 and len(self._unread) >= 9 + int.from_bytes(self._unread[:3], "big"):
+            end = 9 + int.from_bytes(self._unread[:3], "big")
+            frame, self._unread = bytes(self._unread[:end]), self._unread[end:]
+            if self.goaway is None:
+                self._events(self.conn.receive_data(frame))
+            else:
+                self._after_goaway(frame[3], frame[4], int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF, frame[9:])
+        self._flush()
+
+    def _after_goaway(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+        reply = self.replies.get(sid)
+        if reply is None:
+            return
+        if kind == 0x0:  # DATA
+            if flags & 0x8:  # PADDED
+                payload = payload[1:len(payload) - payload[0]]
+            reply.body += payload
+            reply.arrived.set()
+        elif kind == 0x3:  # RST_STREAM
+            reply.reset_code = int.from_bytes(payload[:4], "big")
+            reply.ended.set()
+        if kind in (0x0, 0x1) and flags & 0x1:  # END_STREAM
+            reply.ended.set()
+
+    def _events(self, events: list[h2.events.Event]) -> None:
+        for ev in events:
             if isinstance(ev, h2.events.ResponseReceived):
                 reply = self.replies[ev.stream_id]
                 for name, value in ev.headers:
@@ -81,7 +110,6 @@ class H2Client(asyncio.Protocol):
                 self.window_opened.set()
             elif isinstance(ev, h2.events.ConnectionTerminated):
                 self.goaway = ev
-        self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost.set()
