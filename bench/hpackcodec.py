@@ -20,17 +20,15 @@ round's microseconds per block:
 from __future__ import annotations
 
 import argparse
-import gc
 import platform
 import random
 import uuid
-from collections.abc import Callable
 
 import hpack as library
 
 from apiserver.machinery import hpack as ours
 
-from .etcdcodec import per_op
+from .etcdcodec import Case, alternate
 
 BLOCKS = 1000  # per connection: the table fills and entries are evicted as in a long-lived one
 
@@ -65,7 +63,7 @@ RESPONSE = [(b":status", b"200"), (b"audit-id", b"0814e5d6-edb1-4f65-aeb6-c649f9
             (b"date", b"Thu, 26 Nov 2026 17:00:00 GMT")]
 
 
-def cases(blocks: int) -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
+def cases(blocks: int) -> list[Case]:
     table = []
     for method in (b"GET", b"POST"):
         encoded = aggregator_blocks(method, blocks)
@@ -102,14 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     table = cases(args.blocks)
     print(f"before: hpack {library.__version__} (pure Python)")
     print(f"after:  apiserver/machinery/hpack.py; Python {platform.python_version()}")
-    best: dict[str, list[float]] = {name: [float("inf"), float("inf")] for name, _, _ in table}
-    gc.collect()
-    for round_ in range(args.rounds):
-        for name, before, after in table:
-            pair = (before, after) if round_ % 2 == 0 else (after, before)
-            for fn in pair:
-                side = 0 if fn is before else 1
-                best[name][side] = min(best[name][side], per_op(fn, args.seconds))
+    best = alternate(table, args.rounds, args.seconds)
     print()
     print("| case | before µs | after µs | before ÷ after |")
     print("|---|---:|---:|---:|")

@@ -193,13 +193,7 @@ class Decoder:
                     else:
                         header = self._at(index)
                 elif first & 0x40:  # literal, then indexed
-                    index, i = _int(data, i, 0x3F)
-                    if index:
-                        name = self._at(index)[0]
-                    else:
-                        name, i = _string(data, i, decoded)
-                    value, i = _string(data, i, decoded)
-                    header = (name, value)
+                    header, i = self._literal(data, i, 0x3F, decoded)
                     self._add(header)
                 elif first & 0x20:  # dynamic table size update: only before the first header
                     size, i = _int(data, i, 0x1F)
@@ -211,13 +205,7 @@ class Decoder:
                     self._evict(0)
                     continue
                 else:  # literal, not indexed (0000) or never indexed (0001)
-                    index, i = _int(data, i, 0x0F)
-                    if index:
-                        name = self._at(index)[0]
-                    else:
-                        name, i = _string(data, i, decoded)
-                    value, i = _string(data, i, decoded)
-                    header = (name, value)
+                    header, i = self._literal(data, i, 0x0F, decoded)
                 listed += len(header[0]) + len(header[1]) + ENTRY_OVERHEAD
                 if listed > self.max_header_list_size:
                     raise HpackError(f"a header list over {self.max_header_list_size} bytes")
@@ -225,6 +213,16 @@ class Decoder:
         except IndexError:
             raise HpackError("a header block that ends inside a field") from None
         return headers
+
+    def _literal(self, data: bytes, i: int, mask: int, decoded: dict[bytes, bytes]) -> tuple[tuple[bytes, bytes], int]:
+        """A literal field at ``data[i]`` (its name indexed or literal too), and where it ends."""
+        index, i = _int(data, i, mask)
+        if index:
+            name = self._at(index)[0]
+        else:
+            name, i = _string(data, i, decoded)
+        value, i = _string(data, i, decoded)
+        return (name, value), i
 
     def _at(self, index: int) -> tuple[bytes, bytes]:
         if 0 < index <= _STATIC_LEN:
