@@ -203,12 +203,14 @@ async def serve(args: argparse.Namespace) -> None:
                workers=args.concurrent_reconciles, joiner=build_joiner(args, state.host, state.secrets))
     # Go's servers read up to 1 MiB of request line and headers; aiohttp's 8 KiB defaults would
     # refuse long label selectors and bearer tokens with a plain-text 400 instead of a Status.
+    # TCP keep-alive is set by AlpnSite on every accepted connection, whichever protocol it speaks.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, max_line_size=1 << 20,
                            max_field_size=64 << 10, shutdown_timeout=SHUTDOWN_TIMEOUT,
-                           keepalive_timeout=args.idle_connection_timeout or None)
+                           keepalive_timeout=args.idle_connection_timeout, tcp_keepalive=False)
     await runner.setup()
-    site = AlpnSite(runner, args.bind_address, args.secure_port, ssl_context=serving, backlog=1024,
-                    max_streams=args.http2_max_streams_per_connection, idle_timeout=args.idle_connection_timeout)
+    site = AlpnSite(runner, args.bind_address, args.secure_port, ssl_context=serving,
+                    idle_timeout=args.idle_connection_timeout, backlog=1024,
+                    max_streams=args.http2_max_streams_per_connection)
     await site.start()
     log.info("serving on https://%s:%d", args.bind_address, args.secure_port)
     # What exists once the server is up (modules, schemas, the OpenAPI document, the app) lives as long

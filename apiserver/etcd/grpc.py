@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from typing import cast
 
 from apiserver.machinery import hpack
-from apiserver.machinery.hpack import NEVER_INDEXED
 from apiserver.machinery.http2 import (
     ACK,
     CANCEL,
@@ -143,7 +142,7 @@ def request_headers(endpoint: Endpoint, path: bytes) -> bytes:
     literals only, so that it leaves no state in either side's HPACK table."""
     return hpack.encode([(b":method", b"POST"), (b":scheme", b"https" if endpoint.tls else b"http"), (b":path", path),
                          (b":authority", f"{endpoint.host}:{endpoint.port}".encode()),
-                         (b"content-type", b"application/grpc"), (b"te", b"trailers")], first=NEVER_INDEXED)
+                         (b"content-type", b"application/grpc"), (b"te", b"trailers")], first=hpack.NEVER_INDEXED)
 
 
 def _status_is_200(block: bytes) -> bool:

@@ -14,11 +14,12 @@ CPU vc-apiserver spent on a proxied GET; this decoder takes about 17 (``python -
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Iterable
 
-__all__ = ["NEVER_INDEXED", "NOT_INDEXED", "STATIC_TABLE", "Decoder", "HpackError", "encode", "encode_int", "encode_string",
-           "huffman_decode", "huffman_encode"]
+__all__ = ["NEVER_INDEXED", "NOT_INDEXED", "STATIC_TABLE", "Decoder", "HeaderListTooLarge", "HpackError", "encode", "encode_int", "encode_string",
+           "huffman_decode"]
 
 ENTRY_OVERHEAD = 32  # RFC 7541 §4.1: an entry's size is its name's and value's lengths plus 32
 EOS = 256
@@ -90,16 +91,20 @@ class HpackError(ValueError):
     """A header block that cannot be decoded: the connection's table can no longer be trusted."""
 
 
+class HeaderListTooLarge(HpackError):
+    """A block that decodes to more than the header list size allowed. It was read to its end, so
+    the table is in step and the connection can go on (HTTP answers 431)."""
+
+
 # -- Huffman ------------------------------------------------------------------------------------
 
 _FAIL = 256  # a state no code leads out of: the string held EOS
-_huffman_table: list[tuple[int, bytes]] = []
-_huffman_accepts: frozenset[int] = frozenset()
 
 
-def _build_huffman() -> None:
-    """The decoding automaton: state × input byte → (next state × 256, the symbols completed)."""
-    global _huffman_accepts
+@functools.cache  # built on first use, not at import: most processes never meet a Huffman-coded string
+def _huffman() -> tuple[list[tuple[int, bytes]], frozenset[int]]:
+    """The decoding automaton: state × input byte → (next state × 256, the symbols completed); and
+    the states a string may end in."""
     children: list[list[int]] = [[-1, -1]]  # inner nodes; a leaf is stored as -1 - symbol
     for symbol, (code, length) in enumerate(_HUFFMAN_CODES):
         node = 0
@@ -130,32 +135,18 @@ def _build_huffman() -> None:
                     out.append(-1 - nxt)
                     node = 0
             table.append((node << 8, bytes(out)))
-    _huffman_table.extend(table)
-    _huffman_accepts = frozenset(s << 8 for s in accepts)
+    return table, frozenset(s << 8 for s in accepts)
 
 
 def huffman_decode(data: bytes | memoryview) -> bytes:
-    if not _huffman_table:
-        _build_huffman()
-    table, state, out = _huffman_table, 0, bytearray()
+    (table, accepts), state, out = _huffman(), 0, bytearray()
     for byte in data:
         state, emitted = table[state | byte]
         if emitted:
             out += emitted
-    if state not in _huffman_accepts:
+    if state not in accepts:
         raise HpackError("a Huffman-coded string with EOS in it, or padded other than with EOS's first bits")
     return bytes(out)
-
-
-def huffman_encode(data: bytes) -> bytes:
-    """For tests and peers' sake; our own blocks carry their strings as they are."""
-    bits = length = 0
-    for byte in data:
-        code, size = _HUFFMAN_CODES[byte]
-        bits, length = (bits << size) | code, length + size
-    pad = -length % 8
-    bits, length = (bits << pad) | ((1 << pad) - 1), length + pad
-    return bits.to_bytes(length // 8, "big")
 
 
 # -- decoding -----------------------------------------------------------------------------------
@@ -164,8 +155,9 @@ class Decoder:
     """One direction of one connection: the dynamic table the peer's encoder fills.
 
     ``max_table_size`` is what our SETTINGS_HEADER_TABLE_SIZE allows the peer (4,096 unless we said
-    otherwise). ``max_header_list_size`` bounds what one block may expand to (a byte can name a
-    4 KiB entry); beyond it the block is an error, and so is the connection.
+    otherwise). ``max_header_list_size`` bounds what one block may expand to, by RFC 7541's measure
+    (a byte can name a 4 KiB entry): fields past it are not kept, and the block raises
+    :class:`HeaderListTooLarge` once read.
     """
 
     def __init__(self, max_table_size: int = 4096, max_header_list_size: int = 1 << 20) -> None:
@@ -197,7 +189,7 @@ class Decoder:
                     self._add(header)
                 elif first & 0x20:  # dynamic table size update: only before the first header
                     size, i = _int(data, i, 0x1F)
-                    if headers:
+                    if listed:
                         raise HpackError("a dynamic table size update after a header field")
                     if size > self.max_table_size:
                         raise HpackError(f"a dynamic table size of {size}, over the {self.max_table_size} allowed")
@@ -207,11 +199,12 @@ class Decoder:
                 else:  # literal, not indexed (0000) or never indexed (0001)
                     header, i = self._literal(data, i, 0x0F, decoded)
                 listed += len(header[0]) + len(header[1]) + ENTRY_OVERHEAD
-                if listed > self.max_header_list_size:
-                    raise HpackError(f"a header list over {self.max_header_list_size} bytes")
-                headers.append(header)
+                if listed <= self.max_header_list_size:
+                    headers.append(header)
         except IndexError:
             raise HpackError("a header block that ends inside a field") from None
+        if listed > self.max_header_list_size:
+            raise HeaderListTooLarge(f"a header list over {self.max_header_list_size} bytes")
         return headers
 
     def _literal(self, data: bytes, i: int, mask: int, decoded: dict[bytes, bytes]) -> tuple[tuple[bytes, bytes], int]:

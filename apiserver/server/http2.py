@@ -101,12 +101,12 @@ class AlpnSite(web.BaseSite):
     """A TLS listener whose connections speak HTTP/2 when the client picks it by ALPN, else HTTP/1.1."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext,
-                 backlog: int = 128, max_streams: int = 1000, idle_timeout: float = 0.0) -> None:
+                 idle_timeout: float, backlog: int = 128, max_streams: int = 1000) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
         self._host = host
         self._port = port
         self._max_streams = max_streams or GO_MAX_STREAMS  # 0, as kube's flag has it: Go's default
-        self._idle_timeout = idle_timeout  # 0: an HTTP/2 connection without streams stays open
+        self._idle_timeout = idle_timeout
 
     @property
     def name(self) -> str:
@@ -148,7 +148,7 @@ class _Negotiator(asyncio.Protocol):
 class Http2Connection(asyncio.Protocol):
     """One HTTP/2 connection: its streams, each served as one request of the aiohttp application."""
 
-    def __init__(self, server: web.Server, max_streams: int, idle_timeout: float = 0.0) -> None:
+    def __init__(self, server: web.Server, max_streams: int, idle_timeout: float) -> None:
         self._server = server
         self._max_streams = max_streams
         self._idle_timeout = idle_timeout
@@ -159,7 +159,7 @@ class Http2Connection(asyncio.Protocol):
         self.peername: Any = None
         self.sockname: Any = None
         self._frames = FrameReader(DEFAULT_MAX_FRAME, PREFACE)  # we announce no larger SETTINGS_MAX_FRAME_SIZE
-        self._decoder = hpack.Decoder(max_header_list_size=4 * MAX_HEADER_LIST)  # beyond: the connection ends
+        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
         self._blocks = HeaderBlocks(MAX_HEADER_LIST)
         self._streams: dict[int, _Stream] = {}
         self._last_stream = 0  # the highest stream the client has opened
@@ -343,10 +343,10 @@ class Http2Connection(asyncio.Protocol):
     def _on_header_block(self, stream: int, block: bytes, ends: bool) -> None:
         try:  # always decoded: the block changes the connection's HPACK table even for a refused stream
             headers: list[tuple[bytes, bytes]] | None = self._decoder.decode(block)
+        except hpack.HeaderListTooLarge:  # read whole: the table is in step, the stream alone is refused
+            headers = None
         except hpack.HpackError as e:  # the table may be out of step: the connection cannot go on
             raise FrameError(COMPRESSION_ERROR, f"an undecodable header block: {e}") from e
-        if sum(len(name) + len(value) + 32 for name, value in headers or ()) > MAX_HEADER_LIST:
-            headers = None  # RFC 7541's size of a header list
         if (open_stream := self._streams.get(stream)) is not None:  # trailers: only the end matters
             if open_stream.closed:
                 return
@@ -426,7 +426,7 @@ class Http2Connection(asyncio.Protocol):
 
     def _idle(self) -> None:
         """No stream open: as Go's servers do after their idle timeout, GOAWAY and close unless one opens."""
-        if self._idle_timeout > 0 and self._transport is not None and self._idle_timer is None:
+        if self._transport is not None and self._idle_timer is None:
             self._idle_timer = self._loop.call_later(self._idle_timeout, self.close)
 
     def _busy(self) -> None:

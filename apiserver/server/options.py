@@ -41,10 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--http2-max-streams-per-connection", type=_streams, default=1000,
                    help="streams a client may have open on one HTTP/2 connection; 0: Go's default, 250 "
                         "(kube's flag, with an aggregated API server's default: its client is a proxy)")
-    p.add_argument("--idle-connection-timeout", type=float, default=90.0,
+    p.add_argument("--idle-connection-timeout", type=_seconds, default=90.0,
                    help="seconds a client connection may stay open with no request in flight before it is "
                         "closed (HTTP/1.1 keep-alive; HTTP/2 with GOAWAY first); kube-apiserver's 90 s, which "
-                        "matches Go clients' keep-alive; 0: never")
+                        "matches Go clients' keep-alive")
     p.add_argument("--etcd-servers", required=True, help="comma-separated etcd URLs")
     p.add_argument("--etcd-cafile")
     p.add_argument("--etcd-certfile")
@@ -116,6 +116,13 @@ def _streams(value: str) -> int:
     if count < 0:
         raise argparse.ArgumentTypeError(f"{value} is not a number of streams")
     return count
+
+
+def _seconds(value: str) -> float:
+    seconds = float(value)
+    if not seconds > 0:  # aiohttp reads 0 as "close after every response"
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of seconds")
+    return seconds
 
 
 def csv_list(value: str | None) -> list[str] | None:

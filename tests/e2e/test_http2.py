@@ -198,6 +198,22 @@ def test_http2_can_be_switched_off(server: Server, tmp_path: Path) -> None:
         api.stop()
 
 
+
+async def test_a_header_list_over_the_limit_gets_431_and_the_connection_goes_on(
+        server: Server, namespace: str) -> None:
+    """A block that decodes past the header list size (one 4 KB field sent once and then named 300
+    times by index: 1.2 MB from a few KB) is refused as Go's servers refuse it, and the next request
+    on the same connection, whose block leans on the same HPACK table, is answered."""
+    client = await H2Client.connect(server.url, server.ssl("admin"))
+    try:
+        _, reply = await client.start("GET", coll(namespace), headers=[("x-big", "v" * 4000)] * 300)
+        await asyncio.wait_for(reply.ended.wait(), 30)
+        assert reply.status == 431
+        assert (await client.request("GET", coll(namespace))).status == 200
+        assert client.goaway is None
+    finally:
+        client.close()
+
 async def test_an_idle_connection_is_told_goaway_and_closed_and_a_busy_one_is_not(
         server: Server, namespace: str, tmp_path: Path) -> None:
     """``--idle-connection-timeout``: no stream open for that long, and the server ends the connection

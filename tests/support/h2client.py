@@ -121,12 +121,12 @@ class H2Client(asyncio.Protocol):
             self.transport.write(self.conn.data_to_send())
 
     async def start(self, method: str, path: str, body: bytes | None = None,
-                    headers: dict[str, str] | None = None) -> tuple[int, Reply]:
+                    headers: list[tuple[str, str]] | None = None) -> tuple[int, Reply]:
         """Opens a stream, sends the request (its body as the windows allow); its reply fills as it comes."""
         sid = self.conn.get_next_available_stream_id()
         reply = self.replies[sid] = Reply()
         fields = [(":method", method), (":path", path), (":scheme", "https"), (":authority", self.authority),
-                  ("accept", "application/json"), *(headers or {}).items()]
+                  ("accept", "application/json"), *(headers or ())]
         if body is not None:
             fields.append(("content-type", "application/json"))
         self.conn.send_headers(sid, fields, end_stream=body is None)
