@@ -261,7 +261,7 @@ class HostObjects:
                                 strategy)
 
     def _kube_component(self, plan: Plan, component: str, pki_hash: str, flags: list[str], port: int,
-                        cpu: str) -> Obj:
+                        cpu: str, replicas: int = 1) -> Obj:
         """controller-manager or scheduler: a kubeconfig from its Secret, health on its secure port."""
         container = {
             "name": BINARY[component], "image": self.image(component), "command": [BINARY[component], *flags],
@@ -271,17 +271,18 @@ class HostObjects:
             "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
         }
         spec = self.pod_spec(plan, component, container, [self._secret_volume(plan, component, "config")])
-        return self._deployment(plan, component, 1, self._template(plan, component, pki_hash, spec))
+        return self._deployment(plan, component, replicas, self._template(plan, component, pki_hash, spec))
 
     def controller_manager(self, plan: Plan, pki_hash: str) -> Obj:
         port = 10257
         return self._kube_component(plan, "controller-manager", pki_hash, controller_manager_flags(
             CONFIG_DIR, KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "200m")
 
-    def scheduler(self, plan: Plan, pki_hash: str) -> Obj:
+    def scheduler(self, plan: Plan, pki_hash: str, running: bool) -> Obj:
+        """Scaled to zero until the tenant has something to schedule (:mod:`.scheduling`)."""
         port = 10259
         return self._kube_component(plan, "scheduler", pki_hash, scheduler_flags(
-            KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "100m")
+            KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "100m", 1 if running else 0)
 
 
 def claim_shape(claim: Obj) -> tuple[str | None, str | None]:

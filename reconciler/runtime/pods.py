@@ -81,6 +81,7 @@ from reconciler.runtime.hostobjects import (
 )
 from reconciler.runtime.passmemo import PassMemo
 from reconciler.runtime.podstatus import all_running, pod_problem, pods_summary
+from reconciler.runtime.scheduling import Scheduling, was_ready
 from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import TenantClients
 
@@ -126,6 +127,7 @@ class PodsRuntime:
     _host_ports: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # allocated, not yet seen
     reapply_after: float = REAPPLY_AFTER
     clients: TenantClients = field(default_factory=TenantClients, repr=False)
+    scheduling: Scheduling = field(default_factory=Scheduling, repr=False)
     # by tenant: the plan and PKI digest its host objects were last applied from, and (endpoint, port) found
     _applied: PassMemo[tuple[str, int]] = field(default_factory=PassMemo, repr=False)
 
@@ -242,33 +244,42 @@ class PodsRuntime:
     async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
         await self._fresh_nodes()
         plan = self._plan(vc)
-        tenant, inputs = (plan.namespace, plan.name), (plan, pki.digest())
-        applied = self._applied.recall(tenant, inputs, self.reapply_after)
-        if applied is not None:
-            return await self._state(plan, pki, *applied)
-        started = time.monotonic()
-        port = await self._apiserver_port(plan)
-        endpoint = url(plan.endpoint_host, port)
-        secrets = await self._secrets(plan, pki, endpoint, port)
-        for secret in secrets.values():
-            await self._apply(secret)
-        hashes = {c: digest(s["data"]) for c, s in secrets.items()}
-        await self._apply(self.objects.etcd_service(plan))
-        await self._apply(await self._etcd(plan, hashes["etcd"]))
-        await self._apply(self._apiserver(plan, port, hashes["apiserver"]))
-        await self._apply(self.objects.controller_manager(plan, hashes["controller-manager"]))
-        await self._apply(self.objects.scheduler(plan, hashes["scheduler"]))
-        self._applied.remember(tenant, inputs, started, (endpoint, port))
-        return await self._state(plan, pki, endpoint, port)
+        tenant = (plan.namespace, plan.name)
+        scheduling = self.scheduling.known(tenant, vc)
+        applied = self._applied.recall(tenant, (plan, pki.digest(), scheduling), self.reapply_after)
+        if applied is None:
+            started = time.monotonic()
+            port = await self._apiserver_port(plan)
+            endpoint = url(plan.endpoint_host, port)
+            if not scheduling and was_ready(vc):  # asked before it is applied: a new leader scales nothing down
+                scheduling = await self.scheduling.wanted(tenant, vc, await self.clients.get(*tenant, pki, endpoint))
+            secrets = await self._secrets(plan, pki, endpoint, port)
+            for secret in secrets.values():
+                await self._apply(secret)
+            hashes = {c: digest(s["data"]) for c, s in secrets.items()}
+            await self._apply(self.objects.etcd_service(plan))
+            await self._apply(await self._etcd(plan, hashes["etcd"]))
+            await self._apply(self._apiserver(plan, port, hashes["apiserver"]))
+            await self._apply(self.objects.controller_manager(plan, hashes["controller-manager"]))
+            await self._apply(self.objects.scheduler(plan, hashes["scheduler"], scheduling))
+            self._applied.remember(tenant, (plan, pki.digest(), scheduling), started, (endpoint, port))
+            applied = endpoint, port
+        state = await self._state(plan, pki, *applied)
+        if state.ready and not scheduling and await self.scheduling.wanted(
+                tenant, vc, await self.clients.get(*tenant, pki, state.endpoint)):
+            return await self.ensure(vc, pki)  # the scheduler is wanted now: a full pass scales it up
+        return state
 
     async def release(self) -> None:
         self._applied.clear()
+        self.scheduling.clear()
         await self.clients.close()
 
     async def _forget(self, namespace: str, name: str) -> None:
         """What is kept for a tenant between passes, for one that stops or goes."""
         self._host_ports.pop((namespace, name), None)
         self._applied.forget((namespace, name))
+        self.scheduling.forget((namespace, name))
         await self.clients.forget(namespace, name)
 
     async def teardown(self, namespace: str, name: str) -> None:

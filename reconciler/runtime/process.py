@@ -47,6 +47,7 @@ from reconciler.runtime.base import (
 )
 from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
 from reconciler.runtime.passmemo import PassMemo
+from reconciler.runtime.scheduling import Scheduling
 from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import TenantClients
 
@@ -126,6 +127,7 @@ class ProcessRuntime:
     clients: TenantClients = field(default_factory=TenantClients)
     rewrite_after: float = REWRITE_AFTER
     _written: PassMemo[bool] = field(default_factory=PassMemo)  # by tenant: the PKI digest and URL last written
+    scheduling: Scheduling = field(default_factory=Scheduling)
 
     def __post_init__(self) -> None:
         self.store = SnapshotStore(self.snapshot_dir or self.root.parent / "snapshots")
@@ -354,11 +356,14 @@ class ProcessRuntime:
         commands = self.commands(base, ports, host)
         problems: list[str] = []
         # etcd and the apiserver first; the controller-manager and scheduler read RBAC-protected
-        # objects at start-up, so they start once the apiserver has bootstrapped its roles.
+        # objects at start-up, so they start once the apiserver has bootstrapped its roles. The
+        # scheduler only once the tenant has something to schedule (:mod:`.scheduling`).
         core_alive = self._supervise(namespace, name, base, commands, ("etcd", "kube-apiserver"), problems)
         serving = core_alive and await self.readyz(namespace, name, endpoint, pki)
-        rest_alive = serving and self._supervise(namespace, name, base, commands,
-                                                 ("kube-controller-manager", "kube-scheduler"), problems)
+        rest = ("kube-controller-manager",)
+        if serving and await self._scheduling(vc, base, endpoint, pki):
+            rest += ("kube-scheduler",)
+        rest_alive = serving and self._supervise(namespace, name, base, commands, rest, problems)
         if serving and rest_alive:
             for component in COMPONENTS:
                 self._health.pop((namespace, name, component), None)
@@ -368,6 +373,15 @@ class ProcessRuntime:
             return ControlPlaneState(False, "ComponentRestarting", "; ".join(problems), endpoint, ports["apiserver"])
         return ControlPlaneState(False, "Starting", f"waiting for the tenant control plane at {endpoint}",
                                  endpoint, ports["apiserver"], unanswered=core_alive and not serving)
+
+    async def _scheduling(self, vc: Obj, base: Path, endpoint: str, pki: TenantPki) -> bool:
+        """Whether the tenant's scheduler runs: it has a pid file here (started since the tenant last
+        woke, by this server or an earlier one; one that died is restarted), or it is wanted now."""
+        tenant = (vc["metadata"]["namespace"], vc["metadata"]["name"])
+        if self.pid(base, "kube-scheduler"):
+            self.scheduling.start(tenant)
+            return True
+        return await self.scheduling.wanted(tenant, vc, await self.clients.get(*tenant, pki, endpoint))
 
     def _supervise(self, namespace: str, name: str, base: Path, commands: dict[str, list[str]],
                    components: tuple[str, ...], problems: list[str]) -> bool:
@@ -519,11 +533,13 @@ class ProcessRuntime:
 
     async def release(self) -> None:
         self._written.clear()
+        self.scheduling.clear()
         await self.clients.close()
 
     async def _forget(self, namespace: str, name: str) -> None:
         """What is kept for a tenant between passes, for one that stops or goes."""
         self._written.forget((namespace, name))
+        self.scheduling.forget((namespace, name))
         await self.clients.forget(namespace, name)
 
     async def teardown(self, namespace: str, name: str) -> None:

@@ -89,16 +89,16 @@ def test_minimal_example_becomes_a_control_plane_whose_kubeconfig_works(cp: Cont
     tenant = cp.tenant("default", "dev")
     namespaces = tenant.run("get", "ns", "-o", "name").stdout.split()
     assert {"namespace/default", "namespace/kube-system"} <= set(namespaces)
-    # each component runs with the lean tuning (less memory and idle CPU per tenant)
+    # each component runs with the lean tuning (less memory and idle CPU per tenant); no scheduler
+    # while the tenant has nothing to schedule (the spec asks for no compute)
     processes = tenant_processes(cp.tenant_dir("default", "dev"))
-    assert sorted(processes.values()) == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    assert sorted(processes.values()) == ["etcd", "kube-apiserver", "kube-controller-manager"]
     go_env = {}
     for pid, binary in processes.items():
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         go_env[binary] = sorted(e.decode() for e in environ if e.startswith((b"GOGC=", b"GOMAXPROCS=")))
     assert go_env == {"etcd": ["GOGC=50", "GOMAXPROCS=1"], "kube-apiserver": ["GOGC=50", "GOMAXPROCS=2"],
-                      "kube-controller-manager": ["GOGC=50", "GOMAXPROCS=1"],
-                      "kube-scheduler": ["GOGC=50", "GOMAXPROCS=1"]}
+                      "kube-controller-manager": ["GOGC=50", "GOMAXPROCS=1"]}
     apiserver = next(pid for pid, binary in processes.items() if binary == "kube-apiserver")
     argv = Path(f"/proc/{apiserver}/cmdline").read_bytes().decode().split("\0")
     assert "--watch-cache=false" in argv and "--etcd-count-metric-poll-period=0" in argv
@@ -221,7 +221,7 @@ def test_delete_leaves_no_process_port_directory_or_key(cp: ControlPlanes) -> No
     cp.wait_ready("del", "gone")
     base = cp.tenant_dir("del", "gone")
     ports = json.loads((base / "state.json").read_text())["ports"]
-    assert len(running_components(base)) == 4
+    assert len(running_components(base)) == 3  # etcd, kube-apiserver, kube-controller-manager: nothing to schedule
     cp.kubectl.run("delete", "vc", "gone", "-n", "del", "--wait", timeout=60)
     assert running_components(base) == []
     assert not base.exists()
@@ -230,6 +230,42 @@ def test_delete_leaves_no_process_port_directory_or_key(cp: ControlPlanes) -> No
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as every server binds
             s.bind(("127.0.0.1", port))  # nothing listens on it any more
     assert asyncio.run(_secret_keys(cp.etcd, "del")) == []
+
+
+def test_a_pod_in_a_tenant_without_nodes_starts_its_scheduler_which_says_why_it_waits(cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("lone", "lone")))
+    cp.wait_ready("lone", "lone")
+    base = cp.tenant_dir("lone", "lone")
+    assert "kube-scheduler" not in tenant_processes(base).values()
+    tenant = cp.tenant("lone", "lone")
+    tenant.run("wait", "--for=create", "serviceaccount/default", "--timeout=60s", timeout=90)  # pods need it
+    tenant.run("run", "waiting", "--image=registry.k8s.io/pause:3.10", "--restart=Never")
+    tenant.run("wait", "pod/waiting", "--for=condition=PodScheduled=False", "--timeout=60s", timeout=90)
+    condition = next(c for c in tenant.json("get", "pod", "waiting")["status"]["conditions"]
+                     if c["type"] == "PodScheduled")
+    assert condition["reason"] == "Unschedulable" and "no nodes available" in condition["message"], condition
+    assert "kube-scheduler" in tenant_processes(base).values()
+    events = tenant.json("get", "events", "--field-selector", "involvedObject.name=waiting,reason=FailedScheduling")
+    assert events["items"], "the scheduler's FailedScheduling event is recorded"
+    # it stays once started, though nothing is left to schedule
+    tenant.run("delete", "pod", "waiting", "--wait=true")
+    cp.kubectl.run("annotate", "vc", "lone", "-n", "lone", "touched=yes")  # a pass over the tenant
+    time.sleep(6)
+    assert "kube-scheduler" in tenant_processes(base).values()
+
+
+def test_a_node_joined_by_hand_starts_the_scheduler_of_a_tenant_that_asked_for_no_compute(cp: ControlPlanes) -> None:
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("byhand", "byhand")))
+    cp.wait_ready("byhand", "byhand")
+    base = cp.tenant_dir("byhand", "byhand")
+    assert "kube-scheduler" not in tenant_processes(base).values()
+    tenant = cp.tenant("byhand", "byhand")
+    tenant.run("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Node",
+                                                      "metadata": {"name": "joined-by-hand"}}))
+    deadline = time.monotonic() + 30  # the next pass over a ready tenant is at most 5 s away
+    while "kube-scheduler" not in tenant_processes(base).values():
+        assert time.monotonic() < deadline, "no scheduler 30 s after a node joined"
+        time.sleep(0.5)
 
 
 def test_a_crashed_tenant_apiserver_is_restarted_and_reported(cp: ControlPlanes) -> None:
@@ -241,10 +277,9 @@ def test_a_crashed_tenant_apiserver_is_restarted_and_reported(cp: ControlPlanes)
     cp.kubectl.run("wait", "vc/crash", "-n", "crash", "--for=condition=Ready=False", "--timeout=30s")
     cp.wait_ready("crash", "crash", timeout="90s")
     assert int((base / "kube-apiserver.pid").read_text()) != old
-    alive = {c for c in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-             if int((base / f"{c}.pid").read_text()) in running_components(base)}
-    assert len(alive) == 4, (alive, [(base / "logs" / f"{c}.log").read_text()[-500:] for c in
-                                     {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} - alive])
+    components = {"etcd", "kube-apiserver", "kube-controller-manager"}  # no compute asked: no scheduler yet
+    alive = {c for c in components if int((base / f"{c}.pid").read_text()) in running_components(base)}
+    assert alive == components, (alive, [(base / "logs" / f"{c}.log").read_text()[-500:] for c in components - alive])
 
 
 def _connections_to(pid: int, port: int) -> set[int]:
@@ -342,7 +377,8 @@ def test_killed_vc_apiserver_converges_while_preparing_and_while_deleting(cp: Co
     cp.api.start()
     cp.wait_ready("restart", "keep")
     cp.kubectl.run("wait", "vc/drop", "-n", "restart", "--for=delete", "--timeout=60s")
-    assert len(running_components(cp.tenant_dir("restart", "keep"))) == 4  # adopted, not duplicated
+    assert sorted(tenant_processes(cp.tenant_dir("restart", "keep")).values()) == [
+        "etcd", "kube-apiserver", "kube-controller-manager"]  # adopted, not duplicated
     assert not cp.tenant_dir("restart", "drop").exists()
     assert running_components(cp.tenant_dir("restart", "drop")) == []
 

@@ -188,6 +188,8 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
 
     apiserver = found["Deployment/alpha-apiserver"]
     assert apiserver["spec"]["replicas"] == 1
+    # no compute asked and no tenant apiserver answering yet: nothing to schedule, no scheduler pod
+    assert found["Deployment/alpha-scheduler"]["spec"]["replicas"] == 0
     assert not pod_spec(apiserver).get("hostNetwork")
     command = pod_spec(apiserver)["containers"][0]["command"]
     assert f"--etcd-servers=https://alpha-etcd-0.alpha-etcd.{namespace}.svc:2379" in command
@@ -219,7 +221,7 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
     # once the host's controllers made the pods and its scheduler placed them, the message says which
     # run (kwok runs them on the simulated control-plane node) and why the rest do not: etcd's claim
     # names a StorageClass this host does not have, a failure rather than a slow start
-    await wait_for_pods(client, namespace, "alpha", 4)
+    await wait_for_pods(client, namespace, "alpha", 3)
     state = await _until(lambda: runtime.ensure(vc, pki), lambda s: "apiserver 1/1 pods running" in s.message
                          and "unschedulable" in s.message)
     assert f"did not answer at {endpoint}" in state.message
@@ -340,7 +342,7 @@ async def test_teardown_removes_everything(runtime: PodsRuntime, client: KubeCli
     pki = await make_pki(runtime.endpoint_host(gone))
     for vc in (keep, gone):
         await runtime.ensure(vc, pki)
-    await wait_for_pods(client, namespace, "gone", 4)  # and their claim: teardown must remove those too
+    await wait_for_pods(client, namespace, "gone", 3)  # and their claim: teardown must remove those too
     assert {(namespace, "keep"), (namespace, "gone")} <= set(await runtime.owned())
 
     await runtime.teardown(namespace, "gone")
@@ -354,7 +356,7 @@ async def test_teardown_removes_everything(runtime: PodsRuntime, client: KubeCli
 
 async def test_hibernate_scales_the_workloads_to_zero_keeping_volumes_secrets_and_port_and_ensure_wakes_them(
         runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
-    vc = virtual_cluster(namespace, "sleepy")
+    vc = virtual_cluster(namespace, "sleepy", promoteResources={"resources": {"cpu": "1"}})  # compute: a scheduler
     await runtime.refresh_nodes()
     pki = await make_pki(runtime.endpoint_host(vc))
     awake = await runtime.ensure(vc, pki)
