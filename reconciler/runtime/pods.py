@@ -15,7 +15,8 @@ Per VirtualCluster, in its own namespace on the host, every object named
   until they near expiry or the CA changes.
 - kube-apiserver, kube-controller-manager, kube-scheduler: Deployments with the
   flags of :mod:`.flags`, as the ``process`` runtime's; leader election is on, since a
-  rolling update briefly runs two controller-managers or schedulers.
+  rolling update briefly runs two controller-managers or schedulers. The scheduler's
+  stays at zero replicas until the tenant has something to schedule (:mod:`.scheduling`).
 - The apiserver is exposed by a NodePort Service ``<vc>-apiserver`` (port 6443,
   nodePort = ``externalPort`` when set), or with ``hostNetwork`` on a host port
   (``externalPort``, else one allocated from ``host_port_range``) and no Service.
