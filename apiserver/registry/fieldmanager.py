@@ -36,10 +36,14 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import json
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from apiserver.machinery import errors
 from apiserver.machinery.fieldpath import (
@@ -98,7 +102,7 @@ class ManagedEntry:
     api_version: str
     subresource: str = ""
     time: dt.datetime | None = None
-    paths: set[Path] = field(default_factory=set)
+    paths: AbstractSet[Path] = field(default_factory=frozenset)
 
     @property
     def identity(self) -> str:
@@ -118,7 +122,7 @@ class ManagedEntry:
     def encode(self) -> dict[str, Any]:
         """The wire form, keys sorted as kube emits a custom resource."""
         out: dict[str, Any] = {"apiVersion": self.api_version, "fieldsType": FIELDS_V1,
-                               "fieldsV1": to_fields_v1(self.paths), "manager": self.manager,
+                               "fieldsV1": _encode_paths(self.paths), "manager": self.manager,
                                "operation": self.operation}
         if self.subresource:
             out["subresource"] = self.subresource
@@ -127,8 +131,38 @@ class ManagedEntry:
         return out
 
 
+@functools.lru_cache(maxsize=1024)
 def _go_string(value: str) -> str:
+    """Go's JSON of a manager, operation, apiVersion or subresource: a handful of names, asked for
+    by every identity."""
     return go_json(value)
+
+
+# Most objects of a kind carry the same few field sets (written by the same clients), so a set is
+# decoded once per distinct FieldsV1 document and encoded once per distinct set. Sets are shared
+# as frozensets; every encoding handed out is a private copy.
+@functools.lru_cache(maxsize=1024)
+def _paths_of(doc: bytes) -> frozenset[Path]:
+    return frozenset(from_fields_v1(orjson.loads(doc)))
+
+
+def _decode_paths(fields_v1: Any) -> AbstractSet[Path]:
+    """``from_fields_v1``, remembered by the document's JSON (FieldsV1Error is not remembered)."""
+    try:
+        key = orjson.dumps(fields_v1)
+    except (orjson.JSONEncodeError, TypeError):
+        return from_fields_v1(fields_v1)
+    return _paths_of(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _fields_json(paths: frozenset[Path]) -> bytes:
+    return orjson.dumps(to_fields_v1(paths))
+
+
+def _encode_paths(paths: AbstractSet[Path]) -> dict[str, Any]:
+    """``to_fields_v1``, remembered by the set; a fresh document each time."""
+    return orjson.loads(_fields_json(paths if isinstance(paths, frozenset) else frozenset(paths)))
 
 
 class DecodeError(ValueError):
@@ -165,7 +199,7 @@ def _entry_from(raw: Any) -> ManagedEntry:
             raise DecodeError("time must be RFC 3339") from None
     fields_v1 = raw.get("fieldsV1")
     try:
-        paths = from_fields_v1(fields_v1) if fields_v1 is not None else set()
+        paths = _decode_paths(fields_v1) if fields_v1 is not None else frozenset()
     except FieldsV1Error as e:
         raise DecodeError(str(e)) from None
     return ManagedEntry(text["manager"], text["operation"], text["apiVersion"], text["subresource"], parsed, paths)

@@ -232,38 +232,43 @@ def test_delete_leaves_no_process_port_directory_or_key(cp: ControlPlanes) -> No
     assert asyncio.run(_secret_keys(cp.etcd, "del")) == []
 
 
+def _ready_without_a_scheduler(cp: ControlPlanes, name: str) -> tuple[Path, Kubectl]:
+    """A tenant that asks for no compute, Ready: its directory and its admin's kubectl."""
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc(name, name)))
+    cp.wait_ready(name, name)
+    base = cp.tenant_dir(name, name)
+    assert not _scheduler_runs(base), "nothing to schedule yet"
+    return base, cp.tenant(name, name)
+
+
+def _scheduler_runs(base: Path) -> bool:
+    return "kube-scheduler" in tenant_processes(base).values()
+
+
 def test_a_pod_in_a_tenant_without_nodes_starts_its_scheduler_which_says_why_it_waits(cp: ControlPlanes) -> None:
-    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("lone", "lone")))
-    cp.wait_ready("lone", "lone")
-    base = cp.tenant_dir("lone", "lone")
-    assert "kube-scheduler" not in tenant_processes(base).values()
-    tenant = cp.tenant("lone", "lone")
+    base, tenant = _ready_without_a_scheduler(cp, "lone")
     tenant.run("wait", "--for=create", "serviceaccount/default", "--timeout=60s", timeout=90)  # pods need it
     tenant.run("run", "waiting", "--image=registry.k8s.io/pause:3.10", "--restart=Never")
     tenant.run("wait", "pod/waiting", "--for=condition=PodScheduled=False", "--timeout=60s", timeout=90)
     condition = next(c for c in tenant.json("get", "pod", "waiting")["status"]["conditions"]
                      if c["type"] == "PodScheduled")
     assert condition["reason"] == "Unschedulable" and "no nodes available" in condition["message"], condition
-    assert "kube-scheduler" in tenant_processes(base).values()
+    assert _scheduler_runs(base)
     events = tenant.json("get", "events", "--field-selector", "involvedObject.name=waiting,reason=FailedScheduling")
     assert events["items"], "the scheduler's FailedScheduling event is recorded"
     # it stays once started, though nothing is left to schedule
     tenant.run("delete", "pod", "waiting", "--wait=true")
     cp.kubectl.run("annotate", "vc", "lone", "-n", "lone", "touched=yes")  # a pass over the tenant
     time.sleep(6)
-    assert "kube-scheduler" in tenant_processes(base).values()
+    assert _scheduler_runs(base)
 
 
 def test_a_node_joined_by_hand_starts_the_scheduler_of_a_tenant_that_asked_for_no_compute(cp: ControlPlanes) -> None:
-    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("byhand", "byhand")))
-    cp.wait_ready("byhand", "byhand")
-    base = cp.tenant_dir("byhand", "byhand")
-    assert "kube-scheduler" not in tenant_processes(base).values()
-    tenant = cp.tenant("byhand", "byhand")
+    base, tenant = _ready_without_a_scheduler(cp, "byhand")
     tenant.run("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Node",
                                                       "metadata": {"name": "joined-by-hand"}}))
     deadline = time.monotonic() + 30  # the next pass over a ready tenant is at most 5 s away
-    while "kube-scheduler" not in tenant_processes(base).values():
+    while not _scheduler_runs(base):
         assert time.monotonic() < deadline, "no scheduler 30 s after a node joined"
         time.sleep(0.5)
 
