@@ -26,13 +26,21 @@ def json_copy(data: Any) -> Any:
 # eight levels deep; the limit keeps every recursive step after decoding (pruning, merge
 # patch, deepcopy, orjson's encoder) far from Python's and orjson's recursion limits.
 MAX_NESTING_DEPTH = 100
+_TOO_DEEP_LINE = b"\n" + b" " * (2 * MAX_NESTING_DEPTH)
 
 
 def check_nesting(document: Any, what: str = "the body of the request", raw: bytes | None = None) -> None:
     """400 when a decoded JSON document is nested deeper than :data:`MAX_NESTING_DEPTH`. Given the
-    ``raw`` bytes it was decoded from, a document with no more brackets than that is not walked."""
+    ``raw`` bytes it was decoded from, a document with no more brackets than that is not looked at;
+    one whose indented encoding has no line that deep is not walked (5 against 75 us for a 3 KB
+    VirtualCluster with managedFields and status)."""
     if raw is not None and raw.count(b"{") + raw.count(b"[") <= MAX_NESTING_DEPTH:
         return
+    try:  # indented by orjson, the members of a container at depth d start 2d spaces in
+        if _TOO_DEEP_LINE not in orjson.dumps(document, option=orjson.OPT_INDENT_2):
+            return  # no container at depth MAX_NESTING_DEPTH has a member: none is deeper
+    except orjson.JSONEncodeError:  # what orjson cannot encode (its own depth limit included) is walked
+        pass
     stack = [(document, 1)] if isinstance(document, dict | list) else []
     while stack:
         value, depth = stack.pop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
 
@@ -40,3 +42,15 @@ def test_nesting_up_to_the_limit_is_accepted_and_one_level_more_refused(with_raw
 def test_brackets_inside_strings_do_not_make_a_shallow_document_too_deep() -> None:
     raw = orjson.dumps({"a": "{[" * 500})
     check_nesting(orjson.loads(raw), raw=raw)
+
+
+@pytest.mark.parametrize("depth", [2, MAX_NESTING_DEPTH - 1, MAX_NESTING_DEPTH, MAX_NESTING_DEPTH + 1, 300])
+def test_a_wide_document_is_refused_exactly_when_one_branch_is_too_deep(depth: int) -> None:
+    wide = {f"k{i}": [{"x": [i]}] for i in range(200)}  # more brackets than the limit, all shallow
+    wide["deep"] = orjson.loads(nested(depth - 1))  # the document itself is one level more
+    raw = json.dumps(wide).encode()  # (orjson encodes no more than 255 levels)
+    if depth <= MAX_NESTING_DEPTH:
+        check_nesting(wide, raw=raw)
+    else:
+        with pytest.raises(errors.ApiError):
+            check_nesting(wide, raw=raw)
