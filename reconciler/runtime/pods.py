@@ -247,12 +247,20 @@ class PodsRuntime:
         plan = self._plan(vc)
         tenant = (plan.namespace, plan.name)
         scheduling = self.scheduling.known(tenant, vc)
+        asked = False  # the tenant is asked at most once a pass whether it has something to schedule
         applied = self._applied.recall(tenant, (plan, pki.digest(), scheduling), self.reapply_after)
         if applied is None:
             started = time.monotonic()
             port = await self._apiserver_port(plan)
             endpoint = url(plan.endpoint_host, port)
-            if not scheduling and was_ready(vc):  # asked before it is applied: a new leader scales nothing down
+            # Known before it is applied, so that a new leader scales nothing down: a scheduler Deployment
+            # scaled up (by this server or an earlier leader; hibernation scales it to zero) is the pods
+            # runtime's pid file; else the tenant is asked, once it has been ready.
+            if not scheduling and await self._scheduler_scaled_up(plan):
+                self.scheduling.start(tenant)
+                scheduling = True
+            if not scheduling and was_ready(vc):
+                asked = True
                 scheduling = await self.scheduling.wanted(tenant, vc, await self.clients.get(*tenant, pki, endpoint))
             secrets = await self._secrets(plan, pki, endpoint, port)
             for secret in secrets.values():
@@ -266,10 +274,14 @@ class PodsRuntime:
             self._applied.remember(tenant, (plan, pki.digest(), scheduling), started, (endpoint, port))
             applied = endpoint, port
         state = await self._state(plan, pki, *applied)
-        if state.ready and not scheduling and await self.scheduling.wanted(
+        if state.ready and not scheduling and not asked and await self.scheduling.wanted(
                 tenant, vc, await self.clients.get(*tenant, pki, state.endpoint)):
             return await self.ensure(vc, pki)  # the scheduler is wanted now: a full pass scales it up
         return state
+
+    async def _scheduler_scaled_up(self, plan: Plan) -> bool:
+        found = await self._get("Deployment", plan.namespace, plan.object_name("scheduler"))
+        return bool(found) and ((found.get("spec") or {}).get("replicas") or 0) > 0
 
     async def release(self) -> None:
         self._applied.clear()

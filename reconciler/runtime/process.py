@@ -1,9 +1,9 @@
-"""The ``process`` runtime: a tenant control plane as four local processes.
+"""The ``process`` runtime: a tenant control plane as local processes, three or four.
 
 Each tenant gets a directory (PKI files, etcd data, logs, ``state.json`` with its
 ports) and its processes — etcd, kube-apiserver, kube-controller-manager, and
-kube-scheduler once it has something to schedule (:mod:`.scheduling`) — in their own sessions, so they outlive a vc-apiserver restart and
-are adopted (matched by pid and command line) rather than started twice. A component
+kube-scheduler once it has something to schedule (:mod:`.scheduling`) — in their own
+sessions, so they outlive a vc-apiserver restart and are adopted (matched by pid and command line) rather than started twice. A component
 that died is restarted with capped back-off and its last log line is reported. A pass over
 a ready tenant rewrites its files only when its PKI or address changed, and in full every
 ``rewrite_after`` seconds, which undoes a change made to them by hand.

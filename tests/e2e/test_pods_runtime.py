@@ -294,6 +294,22 @@ async def test_passes_of_an_unchanged_tenant_send_the_host_nothing_until_a_full_
     assert await server_side_applies(client) > applies
 
 
+async def test_a_new_leader_keeps_a_scheduler_an_earlier_leader_scaled_up(
+        runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
+    vc = virtual_cluster(namespace, "kept")  # no compute asked, and its apiserver never answers here
+    await runtime.refresh_nodes()
+    pki = await make_pki(runtime.endpoint_host(vc))
+    await runtime.ensure(vc, pki)
+    scheduler = paths.path("Deployment", namespace, "kept-scheduler")
+    assert (await client.request("GET", scheduler))["spec"]["replicas"] == 0
+    # an earlier leader saw a pod waiting and scaled the scheduler up, then this server took over
+    await client.request("PATCH", scheduler, body={"spec": {"replicas": 1}},
+                         content_type="application/merge-patch+json")
+    await runtime.release()
+    await runtime.ensure(vc, pki)  # a full pass, with nothing remembered
+    assert (await client.request("GET", scheduler))["spec"]["replicas"] == 1
+
+
 async def test_host_network_and_replicas(runtime: PodsRuntime, client: KubeClient, namespace: str) -> None:
     vc = virtual_cluster(namespace, "hn", externalIP="192.0.2.10",
                          kubeInKubeConfig={"apiServerServiceType": "nodePort"})
