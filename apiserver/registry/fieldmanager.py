@@ -150,7 +150,7 @@ def _decode_paths(fields_v1: Any) -> AbstractSet[Path]:
     """``from_fields_v1``, remembered by the document's JSON (FieldsV1Error is not remembered)."""
     try:
         key = orjson.dumps(fields_v1)
-    except (orjson.JSONEncodeError, TypeError):
+    except TypeError:  # orjson's JSONEncodeError is one: what it cannot encode is decoded as before
         return from_fields_v1(fields_v1)
     return _paths_of(key)
 

@@ -3,8 +3,9 @@
 Each tenant gets a directory (PKI files, etcd data, logs, ``state.json`` with its
 ports) and its processes — etcd, kube-apiserver, kube-controller-manager, and
 kube-scheduler once it has something to schedule (:mod:`.scheduling`) — in their own
-sessions, so they outlive a vc-apiserver restart and are adopted (matched by pid and command line) rather than started twice. A component
-that died is restarted with capped back-off and its last log line is reported. A pass over
+sessions, so they outlive a vc-apiserver restart and are adopted (matched by pid and
+command line) rather than started twice. A component that died is restarted with capped
+back-off and its last log line is reported. A pass over
 a ready tenant rewrites its files only when its PKI or address changed, and in full every
 ``rewrite_after`` seconds, which undoes a change made to them by hand.
 
