@@ -124,19 +124,12 @@ class WatchServer:
 class WritesNow(Protocol):
     """A response writer that can take a chunk without waiting, when nothing has to be waited for."""
 
-    def can_write_now(self, size: int) -> bool: ...
-
     def write_now(self, data: bytes) -> bool: ...
-
-
-WRITE_NOW_ROOM = 64 << 10  # the room a stream must have for an event to be encoded for it in the dispatch
 
 
 def _write_now(writer: WritesNow, encoder: _EventEncoder, ev: Event) -> bool:
     """The watch cache's dispatch hands a waiting watch its event: written at once, or (False) queued for
     the watch's task. It runs in the dispatch, so a failure here is this watch's alone."""
-    if not writer.can_write_now(WRITE_NOW_ROOM):
-        return False
     try:
         return writer.write_now(encoder.encode(ev))
     except Exception:  # the task meets it again and ends this watch
@@ -199,6 +192,27 @@ class _Watchdog:
                     stream.watcher.close("the watch is over")
 
 
+class _SharedLine:
+    """The line of the event being dispatched in the object's own shape, made once for every watch it goes
+    to: the dispatch hands one event to each watch in turn, and would copy the object for each."""
+
+    __slots__ = ("event", "line")
+
+    def __init__(self) -> None:
+        self.event: Event | None = None
+        self.line = b""
+
+    def __call__(self, ev: Event) -> bytes:
+        if ev is not self.event:
+            assert ev.entry is not None
+            self.line = b'{"type":"' + ev.type.encode() + b'","object":' + ev.entry.json() + b"}\n"
+            self.event = ev
+        return self.line
+
+
+_shared_line = _SharedLine()
+
+
 class _EventEncoder:
     """Encodes watch events for one stream in the negotiated shape."""
 
@@ -225,7 +239,7 @@ class _EventEncoder:
             return self.bookmark(ev.rv)
         assert ev.entry is not None
         if not self.target.is_table and not self.target.is_metadata:  # one encoding shared by every watcher
-            return b'{"type":"' + ev.type.encode() + b'","object":' + ev.entry.json() + b"}\n"
+            return _shared_line(ev)
         return orjson.dumps({"type": ev.type, "object": self._shape(ev.entry.obj)}) + b"\n"
 
     def bookmark(self, rv: int, annotations: dict[str, str] | None = None) -> bytes:

@@ -485,16 +485,21 @@ class Http2Connection(asyncio.Protocol):
                 raise ConnectionResetError("the HTTP/2 connection is closed")
 
     def send_data_now(self, stream: _Stream, data: bytes) -> bool:
-        """Queues ``data`` if the windows and the socket take all of it now; False: ``send_data`` must wait."""
-        if not data or not self.can_send_now(stream, len(data)):
-            return False
-        self._queue_data(stream, memoryview(data), False)
-        return True
+        """Queues ``data`` if the windows and the socket take all of it now; False: ``send_data`` must wait.
 
-    def can_send_now(self, stream: _Stream, size: int) -> bool:
-        """Whether ``size`` bytes would be taken at once (``send_data_now``)."""
-        return size <= min(self._send_window, stream.send_window) and not stream.closed \
-            and self._transport is not None and self._writable.is_set()
+        The watch fan-out's path, once per event and stream: a payload that fits one frame is queued
+        as it is, without ``_queue_data``'s slicing."""
+        size = len(data)
+        if not size or size > self._send_window or size > stream.send_window or stream.closed \
+                or self._transport is None or not self._writable.is_set():
+            return False
+        if size > self._max_frame:
+            self._queue_data(stream, memoryview(data), False)
+            return True
+        self._outgoing_frame(frame_header(DATA, 0, stream.id, size), data)
+        self._send_window -= size
+        stream.send_window -= size
+        return True
 
     def _queue_data(self, stream: _Stream, view: memoryview, end_stream: bool) -> None:
         """DATA frames of at most the client's frame size for ``view``, which the windows have room for."""
@@ -723,9 +728,6 @@ class _StreamWriter(AbstractStreamWriter):
         self.output_size += len(chunk)
         await self._stream.connection.send_data(self._stream, chunk, end_stream=True)
         self._stream.ended = True
-
-    def can_write_now(self, size: int) -> bool:
-        return self._headers is None and self._stream.connection.can_send_now(self._stream, size)
 
     def write_now(self, data: bytes) -> bool:
         """Sends ``data`` without waiting if nothing has to be waited for (the watch fan-out's path: no task

@@ -30,6 +30,7 @@ from apiserver.storage.interface import (
     Event,
     Predicate,
     StorageError,
+    match_all,
 )
 from apiserver.storage.keys import ROOT, KeyLayout
 
@@ -97,6 +98,7 @@ class Watcher:
 
     def __post_init__(self) -> None:
         self.queue = EventQueue()
+        self._unfiltered = self.predicate is match_all  # no selector: the namespace alone decides
 
     def _matches(self, entry: Entry | None) -> bool:
         if entry is None:
@@ -109,6 +111,9 @@ class Watcher:
         """What this watcher sees of an event, with kube's filter transitions."""
         if event.type == BOOKMARK:
             return event
+        if self._unfiltered and event.type == MODIFIED and event.prev is not None and event.entry is not None \
+                and (self.namespace is None or event.entry.namespace == self.namespace):
+            return event  # what the dispatch mostly meets: a change to an object this watcher sees, seen as is
         now = event.type != DELETED and self._matches(event.entry)
         before = self._matches(event.prev) if event.type != DELETED else self._matches(event.entry)
         if event.type == DELETED:

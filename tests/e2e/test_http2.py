@@ -174,6 +174,42 @@ async def test_watches_sharing_a_connection_each_get_every_event_in_order(
         client.close()
 
 
+async def test_changes_larger_than_a_frame_reach_every_watch_of_a_connection_whole_and_alike(
+        server: Server, http: aiohttp.ClientSession, namespace: str) -> None:
+    """An event over the 16 KiB frame size leaves in several DATA frames per stream, written from the
+    dispatch; every watch gets each change once, whole, as the same bytes."""
+    big = "x" * (40 << 10)
+    async with http.post(coll(namespace), json=vc("big", namespace, annotations={"bulk": big})) as resp:
+        assert resp.status == 201
+    client = await H2Client.connect(server.url, server.ssl("admin"))
+    client.open_windows(4 << 20, 1 << 30)  # as the aggregator does: every stream can take every event at once
+    try:
+        streams = [(await client.start("GET", f"{coll(namespace)}?watch=true&fieldSelector=metadata.name%3Dbig"))[1]
+                   for _ in range(5)]
+        await asyncio.sleep(0.5)
+        for i in range(3):
+            async with http.patch(f"{coll(namespace)}/big", data=json.dumps({"metadata": {"labels": {"round": str(i)}}}),
+                                  headers={"Content-Type": "application/merge-patch+json"}) as resp:
+                assert resp.status == 200
+
+        def changes(reply: Any) -> list[bytes]:  # whole lines only; the reconciler's writes may come between
+            return [line for line in bytes(reply.body).split(b"\n")[:-1]
+                    if json.loads(line)["object"]["metadata"].get("labels", {}).get("round") is not None]
+
+        for _ in range(200):
+            if all(len(changes(r)) >= 3 for r in streams):
+                break
+            await asyncio.sleep(0.05)
+        first = changes(streams[0])
+        events = [json.loads(line) for line in first]
+        assert [(e["type"], e["object"]["metadata"]["labels"]["round"]) for e in events] == \
+            [("MODIFIED", "0"), ("MODIFIED", "1"), ("MODIFIED", "2")]
+        assert all(e["object"]["metadata"]["annotations"]["bulk"] == big for e in events)
+        assert all(changes(r) == first for r in streams[1:])
+    finally:
+        client.close()
+
+
 async def test_a_malformed_request_path_resets_its_stream_only(server: Server, namespace: str) -> None:
     client = await H2Client.connect(server.url, server.ssl("admin"))
     try:

@@ -148,6 +148,13 @@ class H2Client(asyncio.Protocol):
         await asyncio.wait_for(reply.ended.wait(), timeout)
         return reply
 
+    def open_windows(self, stream: int, connection: int) -> None:
+        """Lets the server send ``stream`` bytes on each stream and ``connection`` in all before waiting, as Go's
+        client (the aggregator's) does: 4 MiB and 1 GiB."""
+        self.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: stream})
+        self.conn.increment_flow_control_window(connection - self.conn.inbound_flow_control_window)
+        self._flush()
+
     def reset(self, sid: int) -> None:
         self.conn.reset_stream(sid)
         self._flush()
