@@ -77,6 +77,7 @@ from apiserver.machinery.http2 import (
 STATUS_200 = 0x88  # HPACK: indexed header field, static table entry 8 = ":status: 200"
 STREAM_WINDOW = 4 * 1024 * 1024  # what a stream's reader may have unread before etcd must wait
 PROBE_INTERVAL = 10.0  # seconds between PINGs sent because a call timed out (etcd's ping policy allows 5 s)
+PING_ANSWER_DELAY = 0.005  # seconds the answer to etcd's PING may wait for frames of ours to leave with
 GRPC_UNKNOWN = 2
 MAX_MESSAGE = 2**31 - 1  # grpc-go's math.MaxInt32, the receive limit etcd's Go client gives its calls
 
@@ -237,6 +238,8 @@ class _Connection(asyncio.Protocol):
         self._last_probe = -PROBE_INTERVAL  # loop time of the last PING sent because a call was given up
         self._timer: asyncio.TimerHandle | None = None
         self._outgoing: list[bytes] = []  # frames written since the loop last flushed them
+        self._ping_answers: list[bytes] = []  # PING ACKs waiting for frames of ours to leave with
+        self._answer_timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.closed = False  # no new calls: gone away, broken, or closed by us
         self._frames = FrameReader()
@@ -279,6 +282,9 @@ class _Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._answer_timer is not None:
+            self._answer_timer.cancel()
+            self._answer_timer = None
         self._fail_all(CallBroken(f"connection to etcd closed: {exc}" if exc else "connection to etcd closed"))
 
     def _keep_alive(self) -> None:
@@ -342,7 +348,7 @@ class _Connection(asyncio.Protocol):
             self._wake()
         elif kind == PING:
             if not flags & ACK:
-                self._write(frame(PING, ACK, 0, payload))
+                self._answer_ping(payload)
         elif kind == RST_STREAM:
             code = int.from_bytes(payload[:4], "big")
             error = NotSent if code == REFUSED_STREAM else CallBroken
@@ -417,9 +423,24 @@ class _Connection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
         self._outgoing.append(data)
 
+    def _answer_ping(self, payload: bytes) -> None:
+        """etcd's gRPC server PINGs after nearly every reply, to size its flow-control windows from the
+        round trip (grpc-go's BDP estimation). Answered at once, each PING would cost a socket write of
+        its own, as much as the call it followed: the answer leaves first with the next frames of
+        ours, or after PING_ANSWER_DELAY if none come (the measure then counts a longer trip, so the
+        windows it sets can only be larger)."""
+        self._ping_answers.append(frame(PING, ACK, 0, payload))
+        if self._answer_timer is None:
+            self._answer_timer = self._loop.call_later(PING_ANSWER_DELAY, self._flush)
+
     def _flush(self) -> None:
         data, self._outgoing = self._outgoing, []
-        if self.transport is not None and not self.transport.is_closing():
+        if self._ping_answers:
+            data[:0], self._ping_answers = self._ping_answers, []
+        if self._answer_timer is not None:
+            self._answer_timer.cancel()
+            self._answer_timer = None
+        if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(data))
 
     async def _changed(self) -> None:

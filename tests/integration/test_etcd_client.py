@@ -33,6 +33,7 @@ from apiserver.etcd.messages import (
     compare_mod_revision,
     op_put,
 )
+from apiserver.machinery.http2 import ACK, HEADERS, PING, PREFACE, FrameReader
 from certs import pki
 from hack.harness import Etcd, Proc, binary, free_port, wait_until
 from tests.conftest import start_etcd
@@ -424,3 +425,60 @@ async def test_a_snapshot_streams_the_whole_database_with_etcds_sha256_over_mutu
         assert b"/snap/199" in data and len(data) > 200 * 1000
         await c.put("/snap/after", b"y")  # the client and its stream connection carry on
         assert await c.current_revision(b"\0") == revision + 1
+
+
+class _Wire:
+    """What one client's connections wrote, write by write, and the frames etcd sent them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.writes: list[list[tuple[int, int, int, bytes]]] = []
+        self.received: list[tuple[int, int, int, bytes]] = []
+        wire, made, received = self, etcdgrpc._Connection.connection_made, etcdgrpc._Connection.data_received
+        outgoing, incoming = FrameReader(preface=PREFACE), FrameReader()
+
+        class Recording:
+            def __init__(self, transport: asyncio.Transport) -> None:
+                self._transport = transport
+
+            def write(self, data: bytes) -> None:
+                wire.writes.append(outgoing.feed(bytes(data)))
+                self._transport.write(data)
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(self._transport, name)
+
+        def connection_made(conn: etcdgrpc._Connection, transport: asyncio.BaseTransport) -> None:
+            made(conn, Recording(transport))  # type: ignore[arg-type]
+
+        def data_received(conn: etcdgrpc._Connection, data: bytes) -> None:
+            wire.received += incoming.feed(data)
+            received(conn, data)
+
+        monkeypatch.setattr(etcdgrpc._Connection, "connection_made", connection_made)
+        monkeypatch.setattr(etcdgrpc._Connection, "data_received", data_received)
+
+    def pings(self) -> list[bytes]:
+        return [payload for kind, flags, _, payload in self.received if kind == PING and not flags & ACK]
+
+    def answers(self) -> list[bytes]:
+        return [payload for frames in self.writes for kind, flags, _, payload in frames if kind == PING and flags & ACK]
+
+
+async def test_etcds_pings_are_all_answered_and_the_answers_leave_with_the_next_calls_frames(
+        plain: Etcd, monkeypatch: pytest.MonkeyPatch) -> None:
+    """etcd PINGs after nearly every reply (grpc-go sizes its windows from the round trip): each PING is
+    answered, but not with a socket write of its own while calls follow one another."""
+    wire = _Wire(monkeypatch)
+    async for c in _client(EtcdConfig([plain.url])):
+        await c.current_revision("/client/pings/")
+        writes_before = len(wire.writes)
+        for _ in range(50):
+            await c.current_revision("/client/pings/")
+        calls_writes = len(wire.writes) - writes_before
+        await asyncio.sleep(etcdgrpc.PING_ANSWER_DELAY + 0.2)  # the last answer has no call to leave with
+
+        assert len(wire.pings()) >= 25  # etcd does PING as this test assumes
+        assert sorted(wire.answers()) == sorted(wire.pings())
+        assert calls_writes <= 51  # one write per call: the answers went with the calls' frames
+        assert any(kind == HEADERS for frames in wire.writes for kind, *_ in frames
+                   if any(k == PING for k, *_ in frames))
