@@ -146,7 +146,7 @@ def _start_floor(lab: Lab, host: BareHost, via: Target) -> Target:
     port = free_port()
     pki = Pki(lab.root / "pki")
     crt, key = pki.cert("serving")
-    # BENCH_FLOOR_HTTP2=1 lets the aggregator speak HTTP/2 to the floor (ours cannot): the hop's cost
+    # BENCH_FLOOR_HTTP2=1 lets the aggregator speak HTTP/2 to the floor, as it does to ours: the hop's cost
     # with one multiplexed connection instead of one per request or watch.
     http2 = ["--http2"] if os.environ.get("BENCH_FLOOR_HTTP2", "") not in ("", "0", "false") else []
     proc = Proc("floorserver", [str(floor_binary()), "--addr", f"127.0.0.1:{port}", "--tls-cert-file", str(crt),

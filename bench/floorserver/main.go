@@ -5,7 +5,8 @@
 // The benchmark registers it behind the same host aggregator as vc-apiserver, so the get and
 // watch workloads through the aggregator can be compared with what no backend can beat: the
 // host's own work (authentication, authorization, the proxy hop) plus the least a backend can do.
-// It speaks HTTP/1.1 over TLS, as vc-apiserver does, and authenticates nobody.
+// It speaks HTTP/1.1 over TLS unless told to offer HTTP/2 too (vc-apiserver offers both), and
+// authenticates nobody.
 //
 // For the watch workload it keeps the objects it is given (POST stores the body as is, so the
 // benchmark can copy vc-apiserver's own objects here and the events are the same size and shape)
@@ -192,7 +193,7 @@ func main() {
 	cert := flag.String("tls-cert-file", "", "serving certificate (PEM)")
 	key := flag.String("tls-private-key-file", "", "serving key (PEM)")
 	bodyFile := flag.String("body", "", "the JSON object every GET of an object returns")
-	http2 := flag.Bool("http2", false, "offer HTTP/2 by ALPN, which vc-apiserver does not: what the hop "+
+	http2 := flag.Bool("http2", false, "offer HTTP/2 by ALPN, as vc-apiserver does: what the hop "+
 		"would cost with one multiplexed connection instead of one per watch")
 	flag.Parse()
 	body, err := os.ReadFile(*bodyFile)
@@ -249,7 +250,7 @@ func main() {
 	})
 	server := &http.Server{Addr: *addr, Handler: handler}
 	if !*http2 {
-		// HTTP/1.1 only, like vc-apiserver: the aggregator then proxies to both the same way.
+		// HTTP/1.1 only: the aggregator opens a connection per request in flight or watch.
 		server.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	}
 	log.Fatal(server.ListenAndServeTLS(*cert, *key))
