@@ -424,11 +424,11 @@ class _Connection(asyncio.Protocol):
         self._outgoing.append(data)
 
     def _answer_ping(self, payload: bytes) -> None:
-        """etcd's gRPC server PINGs after nearly every reply, to size its flow-control windows from the
-        round trip (grpc-go's BDP estimation). Answered at once, each PING would cost a socket write of
-        its own, as much as the call it followed: the answer leaves first with the next frames of
-        ours, or after PING_ANSWER_DELAY if none come (the measure then counts a longer trip, so the
-        windows it sets can only be larger)."""
+        """etcd's gRPC server PINGs on nearly every call it receives, to size its flow-control windows
+        from the round trip (grpc-go's BDP estimation). Answered at once, each PING would cost a socket
+        write of its own, as much as the call that drew it: the answer leaves first with the next
+        frames of ours, or after PING_ANSWER_DELAY if none come (the measure then counts a longer
+        trip, so the windows it sets can only be larger)."""
         self._ping_answers.append(frame(PING, ACK, 0, payload))
         if self._answer_timer is None:
             self._answer_timer = self._loop.call_later(PING_ANSWER_DELAY, self._flush)

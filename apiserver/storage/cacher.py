@@ -111,9 +111,11 @@ class Watcher:
         """What this watcher sees of an event, with kube's filter transitions."""
         if event.type == BOOKMARK:
             return event
+        # What the dispatch mostly meets: a change to an object this watcher sees, seen as is. Both states
+        # are of one etcd key, so the previous state is in the namespace of the new one.
         if self._unfiltered and event.type == MODIFIED and event.prev is not None and event.entry is not None \
                 and (self.namespace is None or event.entry.namespace == self.namespace):
-            return event  # what the dispatch mostly meets: a change to an object this watcher sees, seen as is
+            return event
         now = event.type != DELETED and self._matches(event.entry)
         before = self._matches(event.prev) if event.type != DELETED else self._matches(event.entry)
         if event.type == DELETED:
@@ -121,6 +123,12 @@ class Watcher:
         seen = (MODIFIED if before else ADDED) if now else (DELETED if before else None)
         if seen is None:
             return None
+        if seen == DELETED and event.prev is not None:
+            # As kube's watch cache: an object that no longer matches leaves as the state this watcher
+            # last saw of it, under the revision of the change that took it out.
+            prev = event.prev
+            gone = Entry.of(prev.key, prev.namespace, prev.name, event.rv, with_rv(prev.obj, event.rv))
+            return Event(DELETED, event.rv, gone, prev)
         return event if seen == event.type else Event(seen, event.rv, event.entry, event.prev)
 
     def offer(self, event: Event) -> None:

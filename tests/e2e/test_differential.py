@@ -326,6 +326,8 @@ SCRIPT: list[Step] = [
     Step("replace a", "PUT", "/a", body={**A, "metadata": {**A["metadata"], "resourceVersion": "${a.rv}",
                                                            "labels": {"app": "x", "tier": "two"}},
                                          "spec": {"kubeconfig": "k2", "externalIps": ["10.0.0.1"]}}),
+    Step("watch a leave a label selector", "GET",  # DELETED, as the last state the selector matched
+         query="watch=true&resourceVersion=${a0.rv}&labelSelector=tier%3Done&timeoutSeconds=1"),
     Step("replace a without a resourceVersion", "PUT", "/a", body=A, code=422),
     Step("replace a at a stale resourceVersion", "PUT", "/a",
          body={**A, "metadata": {**A["metadata"], "resourceVersion": "${a0.rv}"}}, code=409),

@@ -184,17 +184,23 @@ async def test_changes_larger_than_a_frame_reach_every_watch_of_a_connection_who
     client = await H2Client.connect(server.url, server.ssl("admin"))
     client.open_windows(4 << 20, 1 << 30)  # as the aggregator does: every stream can take every event at once
     try:
+        before = await watchers(http)
         streams = [(await client.start("GET", f"{coll(namespace)}?watch=true&fieldSelector=metadata.name%3Dbig"))[1]
                    for _ in range(5)]
-        await asyncio.sleep(0.5)
+        for _ in range(100):  # each watch waits for events before the first change is made
+            if await watchers(http) >= before + 5:
+                break
+            await asyncio.sleep(0.05)
+        rvs = []
         for i in range(3):
             async with http.patch(f"{coll(namespace)}/big", data=json.dumps({"metadata": {"labels": {"round": str(i)}}}),
                                   headers={"Content-Type": "application/merge-patch+json"}) as resp:
                 assert resp.status == 200
+                rvs.append((await resp.json())["metadata"]["resourceVersion"])
 
-        def changes(reply: Any) -> list[bytes]:  # whole lines only; the reconciler's writes may come between
+        def changes(reply: Any) -> list[bytes]:  # whole lines of these changes only (the reconciler writes too)
             return [line for line in bytes(reply.body).split(b"\n")[:-1]
-                    if json.loads(line)["object"]["metadata"].get("labels", {}).get("round") is not None]
+                    if json.loads(line)["object"]["metadata"]["resourceVersion"] in rvs]
 
         for _ in range(200):
             if all(len(changes(r)) >= 3 for r in streams):

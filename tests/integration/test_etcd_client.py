@@ -466,16 +466,17 @@ class _Wire:
 
 async def test_etcds_pings_are_all_answered_and_the_answers_leave_with_the_next_calls_frames(
         plain: Etcd, monkeypatch: pytest.MonkeyPatch) -> None:
-    """etcd PINGs after nearly every reply (grpc-go sizes its windows from the round trip): each PING is
-    answered, but not with a socket write of its own while calls follow one another."""
+    """etcd PINGs on nearly every call it receives (grpc-go sizes its windows from the round trip): each
+    PING is answered, but not with a socket write of its own while calls follow one another."""
     wire = _Wire(monkeypatch)
+    monkeypatch.setattr(etcdgrpc, "PING_ANSWER_DELAY", 1.0)  # longer than any call here takes: no race with it
     async for c in _client(EtcdConfig([plain.url])):
         await c.current_revision("/client/pings/")
         writes_before = len(wire.writes)
         for _ in range(50):
             await c.current_revision("/client/pings/")
         calls_writes = len(wire.writes) - writes_before
-        await asyncio.sleep(etcdgrpc.PING_ANSWER_DELAY + 0.2)  # the last answer has no call to leave with
+        await asyncio.sleep(1.2)  # the last answer has no call to leave with: it leaves on its own
 
         assert len(wire.pings()) >= 25  # etcd does PING as this test assumes
         assert sorted(wire.answers()) == sorted(wire.pings())

@@ -101,6 +101,11 @@ async def test_relabelled_object_leaves_a_filtered_watch_as_deleted(store: Cache
     seen = [await asyncio.wait_for(watcher.queue.get(), 5) for _ in range(2)]
     watcher.stop()
     assert [e.type for e in seen] == [DELETED, ADDED]
+    gone = seen[0].entry
+    assert gone is not None
+    # As kube sends it: the state the watcher last saw (still team=a), under the revision that moved it.
+    assert gone.obj["metadata"]["labels"] == {"team": "a"}
+    assert gone.rv == seen[0].rv and gone.obj["metadata"]["resourceVersion"] == str(seen[0].rv)
 
 
 async def test_cached_objects_give_the_cycle_collector_nothing_to_walk(store: CachedStore) -> None:
