@@ -38,6 +38,11 @@ __all__ = ["EventQueue", "WatchCache", "Watcher"]
 
 log = logging.getLogger(__name__)
 
+def _last_state(entry: Entry, rv: int) -> Entry:
+    """An object's last state under the revision that took it away: what a DELETED event carries."""
+    return Entry.of(entry.key, entry.namespace, entry.name, rv, with_rv(entry.obj, rv))
+
+
 class EventQueue:
     """The events one watcher has yet to take, for its one reader.
 
@@ -126,9 +131,7 @@ class Watcher:
         if seen == DELETED and event.prev is not None:
             # As kube's watch cache: an object that no longer matches leaves as the state this watcher
             # last saw of it, under the revision of the change that took it out.
-            prev = event.prev
-            gone = Entry.of(prev.key, prev.namespace, prev.name, event.rv, with_rv(prev.obj, event.rv))
-            return Event(DELETED, event.rv, gone, prev)
+            return Event(DELETED, event.rv, _last_state(event.prev, event.rv), event.prev)
         return event if seen == event.type else Event(seen, event.rv, event.entry, event.prev)
 
     def offer(self, event: Event) -> None:
@@ -290,7 +293,7 @@ class WatchCache:
             if ev.type == EtcdEvent.DELETE:
                 if prev is None:
                     continue
-                gone = Entry.of(prev.key, prev.namespace, prev.name, rv, with_rv(prev.obj, rv))
+                gone = _last_state(prev, rv)
                 del self._items[key]
                 self._unindex(prev)
                 self._sorted = None
