@@ -486,29 +486,25 @@ class Http2Connection(asyncio.Protocol):
 
     def send_data_now(self, stream: _Stream, data: bytes) -> bool:
         """Queues ``data`` if the windows and the socket take all of it now; False: ``send_data`` must wait.
-
-        The watch fan-out's path, once per event and stream: a payload that fits one frame is queued
-        as it is, without ``_queue_data``'s slicing."""
+        The watch fan-out's path, once per event and stream."""
         size = len(data)
         if not size or size > self._send_window or size > stream.send_window or stream.closed \
                 or self._transport is None or not self._writable.is_set():
             return False
-        if size > self._max_frame:
-            self._queue_data(stream, memoryview(data), False)
-            return True
-        self._outgoing_frame(frame_header(DATA, 0, stream.id, size), data)
-        self._send_window -= size
-        stream.send_window -= size
+        self._queue_data(stream, data, False)
         return True
 
-    def _queue_data(self, stream: _Stream, view: memoryview, end_stream: bool) -> None:
+    def _queue_data(self, stream: _Stream, view: bytes | memoryview, end_stream: bool) -> None:
         """DATA frames of at most the client's frame size for ``view``, which the windows have room for."""
         size = len(view)
-        for start in range(0, size or 1, self._max_frame):  # nothing to send: one empty frame to end the stream
-            part = view[start:start + self._max_frame]
-            last = start + self._max_frame >= size
-            self._outgoing_frame(frame_header(DATA, END_STREAM if end_stream and last else 0, stream.id, len(part)),
-                                 part)
+        if size <= self._max_frame:  # most payloads, an empty one ending a stream too: one frame, no slicing
+            self._outgoing_frame(frame_header(DATA, END_STREAM if end_stream else 0, stream.id, size), view)
+        else:
+            for start in range(0, size, self._max_frame):
+                part = view[start:start + self._max_frame]
+                last = start + self._max_frame >= size
+                self._outgoing_frame(frame_header(DATA, END_STREAM if end_stream and last else 0, stream.id,
+                                                  len(part)), part)
         self._send_window -= size
         stream.send_window -= size
 

@@ -38,6 +38,7 @@ __all__ = ["EventQueue", "WatchCache", "Watcher"]
 
 log = logging.getLogger(__name__)
 
+
 def _last_state(entry: Entry, rv: int) -> Entry:
     """An object's last state under the revision that took it away: what a DELETED event carries."""
     return Entry.of(entry.key, entry.namespace, entry.name, rv, with_rv(entry.obj, rv))
