@@ -285,7 +285,8 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"(goal: ≤ {GOAL_PSS_MIB:.0f} MiB and ≤ {GOAL_IDLE_CPU_PCT:g} % per tenant). RSS counts the binaries' shared pages in every tenant; PSS "
         "splits them among the processes mapping them, so it is what each tenant adds. Each count is measured "
         f"twice in the same run: with vc-apiserver's tuning of the tenant components ({LEAN.name}: GOGC={LEAN.gogc}, "
-        "the apiserver's watch cache and storage metric polls off, GOMAXPROCS=1 but for the apiserver's 2), then "
+        "the apiserver's watch cache and storage metric polls off, GOMAXPROCS=1 but for the apiserver's 2, "
+        f"a {LEAN.timer_slack_ns / 1e6:g} ms timer slack), then "
         f"with kube's and Go's defaults ({STOCK.name}).",
         "",
         "| tenant tuning | tenants | create → Ready p50 / p99 (s) | etcd | kube-apiserver | kube-controller-manager "

@@ -49,6 +49,7 @@ from reconciler.runtime.base import (
 from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
 from reconciler.runtime.passmemo import PassMemo
 from reconciler.runtime.scheduling import Scheduling
+from reconciler.runtime.timerslack import inherited_timer_slack
 from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import TenantClients
 
@@ -268,7 +269,7 @@ class ProcessRuntime:
     def spawn(self, base: Path, component: str, command: list[str]) -> int:
         logs = base / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        with open(logs / f"{component}.log", "ab") as out:
+        with open(logs / f"{component}.log", "ab") as out, inherited_timer_slack(self.tuning.timer_slack_ns):
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=base, env={**os.environ, **self.tuning.env(component)})
         (base / f"{component}.pid").write_text(str(proc.pid))
