@@ -10,14 +10,14 @@ its reader as before.
 
 The slack is a value of each thread that a child inherits when it is forked and keeps across exec, so
 the runtime sets it on the thread that starts a component and puts the old value back right after.
-Only the process runtime starts processes itself; a pod's containers get the kernel's default (50 µs).
+Only the process runtime starts processes itself; the pods runtime leaves its containers the slack
+their node gives them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -33,9 +33,9 @@ PR_GET_TIMERSLACK = 30
 def _load_prctl() -> Callable[..., int] | None:
     if sys.platform != "linux":
         return None
-    prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # the C library the interpreter runs on
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_long
+    prctl.restype = ctypes.c_int  # -1 and errno when refused
     return prctl  # type: ignore[no-any-return]
 
 

@@ -1,6 +1,6 @@
 """How lean the tenant components run: the flags and environment that cut what an idle tenant costs
-without changing what its API does. One profile for both runtimes (a pod's containers get no timer
-slack: only the process runtime starts processes itself); ``--tenant-tuning`` picks it.
+without changing what its API does. One profile for both runtimes (the pods runtime leaves out the
+timer slack: only the process runtime starts processes itself); ``--tenant-tuning`` picks it.
 
 Measured on 2 cores with one settled tenant (process runtime, no nodes; bench/density.py for N):
 - the apiserver's watch cache off: its idle CPU 1.1-1.2 -> 0.5-0.6 % of a core, 7 MiB less. Every
@@ -43,7 +43,7 @@ class TenantTuning:
     watch_cache: bool  # the tenant apiserver's watch cache (--watch-cache)
     storage_metric_polls: bool  # the apiserver's polls of etcd for object counts and database size
     gomaxprocs: dict[str, int] = field(default_factory=dict)  # by binary; absent: Go's own choice
-    timer_slack_ns: int = 0  # how late the kernel may wake them from a timed sleep (process runtime); 0: its 50 µs
+    timer_slack_ns: int = 0  # how late the kernel may end their timed sleeps (process runtime); 0: vc-apiserver's own
 
     def env(self, binary: str) -> dict[str, str]:
         """The environment of one tenant binary."""
