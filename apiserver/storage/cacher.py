@@ -44,6 +44,36 @@ def _last_state(entry: Entry, rv: int) -> Entry:
     return Entry.of(entry.key, entry.namespace, entry.name, rv, with_rv(entry.obj, rv))
 
 
+class _Turned:
+    """An event as the watchers whose filter turns its type see it, made once for all of them: the
+    dispatch hands one event to each watcher in turn, and a DELETED for an object that left a
+    selector carries a copy of its last state. Holds the event being dispatched, so its id is not reused."""
+
+    __slots__ = ("event", "turned")
+
+    def __init__(self) -> None:
+        self.event: Event | None = None
+        self.turned: dict[str, Event] = {}
+
+    def __call__(self, event: Event, seen: str) -> Event:
+        if event is not self.event:
+            self.event, self.turned = event, {}
+        turned = self.turned.get(seen)
+        if turned is None:
+            if seen == DELETED:
+                # As kube's watch cache: an object that no longer matches leaves as the state the
+                # watcher last saw of it, under the revision of the change that took it out.
+                assert event.prev is not None  # it matched before: there was a state before
+                turned = Event(DELETED, event.rv, _last_state(event.prev, event.rv), event.prev)
+            else:
+                turned = Event(seen, event.rv, event.entry, event.prev)
+            self.turned[seen] = turned
+        return turned
+
+
+_turned = _Turned()
+
+
 class EventQueue:
     """The events one watcher has yet to take, for its one reader.
 
@@ -129,11 +159,7 @@ class Watcher:
         seen = (MODIFIED if before else ADDED) if now else (DELETED if before else None)
         if seen is None:
             return None
-        if seen == DELETED and event.prev is not None:
-            # As kube's watch cache: an object that no longer matches leaves as the state this watcher
-            # last saw of it, under the revision of the change that took it out.
-            return Event(DELETED, event.rv, _last_state(event.prev, event.rv), event.prev)
-        return event if seen == event.type else Event(seen, event.rv, event.entry, event.prev)
+        return event if seen == event.type else _turned(event, seen)
 
     def offer(self, event: Event) -> None:
         if self.closed_reason or (event.type != BOOKMARK and event.rv <= self.after_rv):

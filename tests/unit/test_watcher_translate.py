@@ -46,3 +46,20 @@ def test_a_change_a_watcher_sees_as_is_is_handed_on_as_the_same_event() -> None:
     assert Watcher(None, match_all, False, 10).translate(event) is event
     assert Watcher("a", match_all, False, 10).translate(event) is event
     assert Watcher("b", match_all, False, 10).translate(event) is None
+
+
+def test_an_object_leaving_a_selector_leaves_every_such_watcher_as_one_deleted_event() -> None:
+    """Its last state is copied once per event, not once per watcher; the next event gets its own."""
+    labelled = Entry.of("/registry/x/a/x", "a", "x", 1, {"metadata": {"name": "x", "namespace": "a",
+                                                                      "labels": {"tier": "one"}}})
+    event = Event(MODIFIED, 2, entry("a", "x", 2), labelled)
+    watchers = [Watcher(None, lambda e: e.labels.get("tier") == "one", False, 10) for _ in range(3)]
+
+    seen = [w.translate(event) for w in watchers]
+    again = watchers[0].translate(Event(MODIFIED, 3, entry("a", "x", 3), labelled))
+
+    assert seen[0] is not None and seen[0].type == DELETED
+    assert seen[0].entry is not None and (seen[0].rv, seen[0].entry.rv) == (2, 2)
+    assert seen[0].entry.obj["metadata"]["labels"] == {"tier": "one"}
+    assert seen[1] is seen[0] and seen[2] is seen[0]
+    assert again is not None and again is not seen[0] and again.rv == 3
