@@ -52,15 +52,13 @@ def inherited_timer_slack(nanoseconds: int) -> Iterator[None]:
     """Processes started inside get ``nanoseconds`` of timer slack (0: whatever this thread has).
 
     Where the kernel refuses, they start without it: a tenant is the same, only its idle costs more."""
-    if not nanoseconds or _prctl is None:
-        yield
-        return
+    prctl = _prctl if nanoseconds else None
     before = timer_slack()
-    if _prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) != 0:
+    if prctl is not None and prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) != 0:
         log.warning("could not set a timer slack of %d ns: errno %d", nanoseconds, ctypes.get_errno())
-        yield
-        return
+        prctl = None
     try:
         yield
     finally:
-        _prctl(PR_SET_TIMERSLACK, before, 0, 0, 0)
+        if prctl is not None:
+            prctl(PR_SET_TIMERSLACK, before, 0, 0, 0)

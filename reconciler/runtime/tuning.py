@@ -21,10 +21,11 @@ Measured on 2 cores with one settled tenant (process runtime, no nodes; bench/de
 - a timer slack of 10 ms (process runtime; :mod:`.timerslack`): the kernel may end the components'
   timed sleeps up to 10 ms late, with the other timers already due, so an idle tenant wakes less.
   Five tenants created one after another, 30 s windows (bench.density, two runs each way): 2.95 /
-  2.88 -> 1.81 / 2.02 % of a core per tenant; 1 ms bought 2.56 %, 50 ms 1.66 % but create -> Ready
-  rose to 3.9 s against 3.1-3.6 s (startup polls on timers). One settled tenant after 1,500
-  ConfigMap creates and 30 lists: idle 2.43 / 2.47 -> 1.50 / 1.60 %, and the load itself took no
-  longer (3.23 / 3.86 s against 3.41 / 3.77 s) for no more CPU (4.07 / 4.49 s against 4.60 / 4.84 s).
+  2.88 -> 1.81 / 2.02 % of a core per tenant (1 ms: 2.56 %). One settled tenant after 1,500 ConfigMap
+  creates and 30 lists: idle 2.43 / 2.47 -> 1.50 / 1.60 %, and the load itself took no longer (3.23 /
+  3.86 s against 3.41 / 3.77 s) for no more CPU (4.07 / 4.49 s against 4.60 / 4.84 s). 50 ms idled
+  lower (1.66 % for five) but its creates' p99 rose in one of two pairs; the slack also delays Go's
+  sysmon, so longer is a latency risk under load (docs/benchmarks.md, the density section).
 """
 
 from __future__ import annotations
