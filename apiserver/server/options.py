@@ -77,8 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tenant-tuning", choices=("lean", "stock"), default="lean",
                    help="how the tenant components run: lean (GOGC=50, the apiserver's watch cache and storage "
                         "metric polls off, GOMAXPROCS 1 but for the apiserver's 2, and in the process runtime a "
-                        "10 ms timer slack: less memory and idle CPU per tenant, the same API) or stock (kube's "
-                        "and Go's defaults)")
+                        "timer slack of 50 ms, 20 for the apiserver: less memory and idle CPU per tenant, the same "
+                        "API) or stock (kube's and Go's defaults)")
     p.add_argument("--tenant-gogc", type=int, default=None,
                    help="GOGC of the tenant components, over the tuning's: how far a heap grows past what is live "
                         "before Go collects (lower: less memory per tenant, more CPU under load; Go's default is 100)")

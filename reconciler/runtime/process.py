@@ -269,7 +269,7 @@ class ProcessRuntime:
     def spawn(self, base: Path, component: str, command: list[str]) -> int:
         logs = base / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        with open(logs / f"{component}.log", "ab") as out, inherited_timer_slack(self.tuning.timer_slack_ns):
+        with open(logs / f"{component}.log", "ab") as out, inherited_timer_slack(self.tuning.timer_slack(component)):
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=base, env={**os.environ, **self.tuning.env(component)})
         (base / f"{component}.pid").write_text(str(proc.pid))

@@ -18,14 +18,20 @@ Measured on 2 cores with one settled tenant (process runtime, no nodes; bench/de
   per tenant (kube-apiserver's heap, mostly), no measurable idle CPU; 25 takes 70 MiB at four times
   the collections under load; a GOMEMLIMIT below the apiserver's live heap (100 MiB) makes it
   collect without end (65-128 % of a core, idle).
-- a timer slack of 10 ms (process runtime; :mod:`.timerslack`): the kernel may end the components'
-  timed sleeps up to 10 ms late, with the other timers already due, so an idle tenant wakes less.
-  Five tenants created one after another, 30 s windows (bench.density, two runs each way): 2.95 /
-  2.88 -> 1.81 / 2.02 % of a core per tenant (1 ms: 2.56 %). One settled tenant after 1,500 ConfigMap
-  creates and 30 lists: idle 2.43 / 2.47 -> 1.50 / 1.60 %, and the load itself took no longer (3.23 /
-  3.86 s against 3.41 / 3.77 s) for no more CPU (4.07 / 4.49 s against 4.60 / 4.84 s). 50 ms idled
-  lower (1.66 % for five) but its creates' p99 rose in one of two pairs; the slack also delays Go's
-  sysmon, so longer is a latency risk under load (docs/benchmarks.md, the density section).
+- a timer slack (process runtime; :mod:`.timerslack`) of 50 ms for etcd, the controller-manager and the
+  scheduler, 20 ms for the apiserver: the kernel may end their timed sleeps that much late, with the
+  other timers already due, so an idle tenant wakes less. Packets still wake their reader at once.
+  Five tenants created one after another, 30 s windows (bench.density, two runs each way): none 2.95 /
+  2.88, 10 ms 1.81 / 2.02 % of a core per tenant. 30 tenants (bench.density): 10 ms 1.18, 20 ms 1.11 %.
+  One settled tenant, three runs each, alternated: 20 ms everywhere 1.16 / 0.96 / 1.16 %, ready in
+  2.90 / 3.15 / 2.89 s; 50 ms everywhere 0.80 / 0.80 / 0.88 %, but ready in 3.29 / 3.31 / 3.56 s (the
+  apiserver's start polls on timers); this split 0.96 / 0.96 / 1.00 %, ready in 3.22 / 2.97 / 2.60 s.
+  Under 1,500 ConfigMap creates (16 at once) and 30 lists, three runs each, 50 against 20 ms: creates'
+  p99 56.8 / 62.7 / 78.9 against 76.1 / 71.1 / 55.8 ms, the load 2.68-2.97 s against 2.83-3.17 s.
+  What is left wakes on timers no flag reaches (Go execution traces of a settled tenant, 20 s): every
+  work queue ticks twice a second for its metrics (the controller-manager: 115 of its 155 goroutine
+  wakes a second; the apiserver: 60 of 197), and the apiserver merges the OpenAPI specs of its own API
+  groups again every second (94 of 197).
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ class TenantTuning:
     watch_cache: bool  # the tenant apiserver's watch cache (--watch-cache)
     storage_metric_polls: bool  # the apiserver's polls of etcd for object counts and database size
     gomaxprocs: dict[str, int] = field(default_factory=dict)  # by binary; absent: Go's own choice
-    timer_slack_ns: int = 0  # how late the kernel may end their timed sleeps (process runtime); 0: vc-apiserver's own
+    # by binary, how late the kernel may end their timed sleeps (process runtime); absent: vc-apiserver's own
+    timer_slack_ns: dict[str, int] = field(default_factory=dict)
 
     def env(self, binary: str) -> dict[str, str]:
         """The environment of one tenant binary."""
@@ -52,6 +59,10 @@ class TenantTuning:
         if binary in self.gomaxprocs:
             env["GOMAXPROCS"] = str(self.gomaxprocs[binary])
         return env
+
+    def timer_slack(self, binary: str) -> int:
+        """The timer slack one tenant binary starts with, in nanoseconds; 0: the starting thread's."""
+        return self.timer_slack_ns.get(binary, 0)
 
     def apiserver_flags(self) -> list[str]:
         """The tenant apiserver's flags of this profile (nothing where kube's default is kept)."""
@@ -66,7 +77,8 @@ class TenantTuning:
 
 LEAN = TenantTuning("lean", gogc=50, watch_cache=False, storage_metric_polls=False,
                     gomaxprocs={ETCD: 1, APISERVER: 2, CONTROLLER_MANAGER: 1, SCHEDULER: 1},
-                    timer_slack_ns=10_000_000)
+                    timer_slack_ns={ETCD: 50_000_000, APISERVER: 20_000_000, CONTROLLER_MANAGER: 50_000_000,
+                                    SCHEDULER: 50_000_000})
 # kube's and Go's defaults: what the components cost untuned
 STOCK = TenantTuning("stock", gogc=100, watch_cache=True, storage_metric_polls=True)
 PROFILES = {t.name: t for t in (LEAN, STOCK)}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.runtime.base import APISERVER, CONTROLLER_MANAGER, ETCD
 from reconciler.runtime.process import ProcessRuntime
 from reconciler.runtime.timerslack import inherited_timer_slack, timer_slack
 from reconciler.runtime.tuning import LEAN, STOCK
@@ -52,18 +53,21 @@ def test_the_slack_is_the_calling_thread_s_alone() -> None:
     assert seen == [before]
 
 
-def _logged_slack(runtime: ProcessRuntime, name: str) -> int:
+def _logged_slack(runtime: ProcessRuntime, name: str, component: str = ETCD) -> int:
     base = runtime.root / name
     base.mkdir(parents=True)
-    pid = runtime.spawn(base, "etcd", READ_OWN_SLACK)
+    pid = runtime.spawn(base, component, READ_OWN_SLACK)
     deadline = time.monotonic() + 10
     while runtime._children[pid].poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    return int((base / "logs" / "etcd.log").read_text())
+    return int((base / "logs" / f"{component}.log").read_text())
 
 
-def test_the_process_runtime_starts_components_with_the_profile_s_slack(tmp_path: Path) -> None:
-    lean = ProcessRuntime(tmp_path / "lean", tmp_path / "bin", tuning=replace(LEAN, timer_slack_ns=9_000_000))
+def test_the_process_runtime_starts_each_component_with_the_profile_s_slack_for_it(tmp_path: Path) -> None:
+    lean = ProcessRuntime(tmp_path / "lean", tmp_path / "bin",
+                          tuning=replace(LEAN, timer_slack_ns={ETCD: 9_000_000, APISERVER: 4_000_000}))
     stock = ProcessRuntime(tmp_path / "stock", tmp_path / "bin", tuning=STOCK)
-    assert _logged_slack(lean, "t") == 9_000_000
+    assert _logged_slack(lean, "e", ETCD) == 9_000_000
+    assert _logged_slack(lean, "a", APISERVER) == 4_000_000
+    assert _logged_slack(lean, "c", CONTROLLER_MANAGER) == timer_slack()  # none asked for it: the thread's own
     assert _logged_slack(stock, "t") == timer_slack()

@@ -16,10 +16,16 @@ def test_lean_turns_off_the_watch_cache_and_storage_metric_polls_and_caps_go() -
         assert LEAN.env(binary) == {"GOGC": "50", "GOMAXPROCS": "1"}, binary
 
 
+def test_lean_gives_every_component_a_timer_slack_and_the_apiserver_the_shortest() -> None:
+    others = [LEAN.timer_slack(b) for b in ("etcd", "kube-controller-manager", "kube-scheduler")]
+    assert others == [50_000_000] * 3
+    assert LEAN.timer_slack("kube-apiserver") == 20_000_000  # its start polls on timers: a longer one delays Ready
+
+
 def test_stock_keeps_kube_and_go_defaults() -> None:
     assert STOCK.apiserver_flags() == []
     assert STOCK.env("kube-apiserver") == {"GOGC": "100"}
-    assert STOCK.timer_slack_ns == 0  # the spawning thread's: the kernel's default
+    assert STOCK.timer_slack("kube-apiserver") == 0  # the spawning thread's: the kernel's default
 
 
 def test_an_explicit_gc_target_overrides_the_profile_s_alone() -> None:
