@@ -125,10 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     families = {"controlplane": controlplane, "promotion": promotion, "hibernation": hibernation,
                 "realnodes": realnodes, "shared": shared, "density": density}
     for name, result in product.items():
-        try:
-            result["chart"] = families[name].ratios(result)
-        except (ArithmeticError, KeyError) as e:  # a bar short is no reason to lose the run's results
-            log(f"bench: no chart bars for {name}: {e!r}")
+        if (why := report.add_chart(result, families[name].ratios)) is not None:
+            log(f"bench: no chart bars for {name}: {why}")
     document = _save(args.json, results, meta, product)
     print(report.render_text(document))
     for name, result in product.items():  # filled in PRODUCT_STEPS order

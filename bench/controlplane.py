@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
     return report.family_main("controlplane", __doc__, argv, flags,
                               lambda workdir, args: run(workdir, args.rounds, args.concurrent),
-                              render, render_markdown, BEGIN, END, json_flag=True)
+                              render, render_markdown, BEGIN, END, json_flag=True, ratios=ratios)
 
 
 if __name__ == "__main__":

@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     return report.family_main("density", __doc__, argv, flags,
                               lambda workdir, args: run(workdir, args.tenants, args.idle, say=log,
                                                                     untuned=not args.tuned_only),
-                              render, render_markdown, BEGIN, END, json_flag=True)
+                              render, render_markdown, BEGIN, END, json_flag=True, ratios=ratios)
 
 
 if __name__ == "__main__":

@@ -312,17 +312,28 @@ def write_docs(doc: Document, md: Path = DOCS_MD, png: Path = DOCS_PNG,
         update_markdown(md, block, begin, end)
 
 
+def add_chart(result: Document, ratios: Callable[[Document], list[Ratio]]) -> str | None:
+    """Puts a family's chart bars in its result (``chart``, which the chart draws); why not, if they
+    cannot be drawn: a bar short is no reason to lose the run's results."""
+    try:
+        result["chart"] = ratios(result)
+    except (ArithmeticError, KeyError) as e:
+        return repr(e)
+    return None
+
+
 # -- a product family run alone ------------------------------------------------------------------------
 
 def family_main(name: str, description: str | None, argv: list[str] | None,
                 flags: Callable[[argparse.ArgumentParser], None],
                 measure: Callable[[Path, argparse.Namespace], Awaitable[Document]],
                 render: Callable[[Document], str], render_markdown: Callable[[Document], str],
-                begin: str, end: str, json_flag: bool = False) -> int:
+                begin: str, end: str, json_flag: bool = False,
+                ratios: Callable[[Document], list[Ratio]] | None = None) -> int:
     """``python -m bench.NAME``: one product family without the API suite, or its docs block redrawn
     from a past run (``--render``). The family brings its options (``flags``) and its measurement;
-    the work directory, the JSON (``--json`` keys it by ``name``, as ``python -m bench`` does) and the
-    docs block are handled alike for every family."""
+    the work directory, the JSON (``--json`` keys it by ``name`` and carries the chart bars ``ratios``
+    draws, as ``python -m bench`` does) and the docs block are handled alike for every family."""
     p = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     flags(p)
@@ -340,6 +351,8 @@ def family_main(name: str, description: str | None, argv: list[str] | None,
         result = asyncio.run(measure(workdir, args))
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
+        if ratios is not None and (why := add_chart(result, ratios)) is not None:
+            print(f"{name}: no chart bars: {why}", file=sys.stderr)
         print(json.dumps(result, indent=2))
         if json_flag and args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)

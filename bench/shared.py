@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
 
     return report.family_main("shared", __doc__, argv, flags,
                               lambda workdir, args: run(workdir, args.pods, args.rounds, say=log),
-                              render, render_markdown, BEGIN, END)
+                              render, render_markdown, BEGIN, END, ratios=ratios)
 
 
 if __name__ == "__main__":

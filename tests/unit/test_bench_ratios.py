@@ -3,6 +3,9 @@ smaller than what it is set against, its goal turned the same way, gathered in t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from bench import controlplane, density, hibernation, promotion, realnodes, report, shared
@@ -59,3 +62,26 @@ def test_the_chart_takes_the_product_bars_in_the_documents_order_and_skips_what_
            "hibernation": {"wake_median_s": 3.0}, "shared": {"chart": [["shared", 1.1, None], ["nan", float("nan"), 1]]}}
 
     assert report.product_ratios(doc) == [("promotion", 0.5, 0.67), ("shared", 1.1, None)]
+
+
+def test_a_family_run_alone_writes_its_chart_bars_into_its_json(tmp_path: Path) -> None:
+    result = {"pods": 500, "ratio_ours_over_floor": 1.1}
+
+    async def measure(workdir: Path, args: object) -> dict[str, object]:
+        return dict(result)
+
+    out = tmp_path / "shared.json"
+    report.family_main("shared", None, ["--json", str(out), "--workdir", str(tmp_path / "work")], lambda p: None,
+                       measure, str, str, "<!-- b -->", "<!-- e -->", json_flag=True, ratios=shared.ratios)
+
+    written = json.loads(out.read_text())["shared"]
+    assert [tuple(bar) for bar in written["chart"]] == shared.ratios(result)
+
+
+def test_a_result_its_bars_cannot_be_drawn_from_keeps_everything_else() -> None:
+    result = {"pods": 500}  # the ratio is missing
+
+    why = report.add_chart(result, shared.ratios)
+
+    assert why is not None and "ratio_ours_over_floor" in why
+    assert result == {"pods": 500}
