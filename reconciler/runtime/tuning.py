@@ -26,7 +26,7 @@ Measured on 2 cores with one settled tenant (process runtime, no nodes; bench/de
   this split 0.92 %.
   One settled tenant, three runs each, alternated: 20 ms everywhere 1.16 / 0.96 / 1.16 %, ready in
   2.90 / 3.15 / 2.89 s; 50 ms everywhere 0.80 / 0.80 / 0.88 %, but ready in 3.29 / 3.31 / 3.56 s (the
-  apiserver's start polls on timers); this split 0.96 / 0.96 / 1.00 %, ready in 3.22 / 2.97 / 2.60 s.
+  apiserver's slack delays its start); this split 0.96 / 0.96 / 1.00 %, ready in 3.22 / 2.97 / 2.60 s.
   Under 1,500 ConfigMap creates (16 at once) and 30 lists, three runs each, 50 against 20 ms: creates'
   p99 56.8 / 62.7 / 78.9 against 76.1 / 71.1 / 55.8 ms, the load 2.68-2.97 s against 2.83-3.17 s.
   What is left wakes on timers no flag reaches (Go execution traces of a settled tenant, 20 s): every

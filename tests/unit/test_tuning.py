@@ -19,7 +19,7 @@ def test_lean_turns_off_the_watch_cache_and_storage_metric_polls_and_caps_go() -
 def test_lean_gives_every_component_a_timer_slack_and_the_apiserver_the_shortest() -> None:
     others = [LEAN.timer_slack(b) for b in ("etcd", "kube-controller-manager", "kube-scheduler")]
     assert others == [50_000_000] * 3
-    assert LEAN.timer_slack("kube-apiserver") == 20_000_000  # its start polls on timers: a longer one delays Ready
+    assert LEAN.timer_slack("kube-apiserver") == 20_000_000  # a longer one delayed its start (Ready)
 
 
 def test_stock_keeps_kube_and_go_defaults() -> None:
