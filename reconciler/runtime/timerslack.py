@@ -53,7 +53,7 @@ def inherited_timer_slack(nanoseconds: int) -> Iterator[None]:
 
     Where the kernel refuses, they start without it: a tenant is the same, only its idle costs more."""
     prctl = _prctl if nanoseconds else None
-    before = timer_slack()
+    before = timer_slack() if prctl is not None else 0
     if prctl is not None and prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) != 0:
         log.warning("could not set a timer slack of %d ns: errno %d", nanoseconds, ctypes.get_errno())
         prctl = None
