@@ -23,7 +23,7 @@ Measured on 2 cores with one settled tenant (process runtime, no nodes; bench/de
   other timers already due, so an idle tenant wakes less. Packets still wake their reader at once.
   Five tenants created one after another, 30 s windows (bench.density, two runs each way): none 2.95 /
   2.88, 10 ms 1.81 / 2.02 % of a core per tenant. 30 tenants (bench.density): 10 ms 1.18, 20 ms 1.11,
-  this split 0.92 %.
+  this split 0.92 and 0.88 % (two runs).
   One settled tenant, three runs each, alternated: 20 ms everywhere 1.16 / 0.96 / 1.16 %, ready in
   2.90 / 3.15 / 2.89 s; 50 ms everywhere 0.80 / 0.80 / 0.88 %, but ready in 3.29 / 3.31 / 3.56 s (the
   apiserver's slack delays its start); this split 0.96 / 0.96 / 1.00 %, ready in 3.22 / 2.97 / 2.60 s.
