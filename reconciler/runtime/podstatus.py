@@ -14,15 +14,22 @@ FAILING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImage
            "CreateContainerError", "RunContainerError"}
 
 
-def age(obj: Obj) -> float:
-    created = obj.get("metadata", {}).get("creationTimestamp")
-    if not created:
+def since(stamp: str | None) -> float:
+    """Seconds since an RFC 3339 timestamp of the host's (0 when there is none)."""
+    if not stamp:
         return 0.0
-    return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
+    return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds()
 
 
-def pod_problem(pod: Obj) -> tuple[str, bool]:
-    """Why a pod is not running (and whether that is a failure rather than a start)."""
+def age(obj: Obj) -> float:
+    return since(obj.get("metadata", {}).get("creationTimestamp"))
+
+
+def pod_problem(pod: Obj, unschedulable_grace: float = 0.0) -> tuple[str, bool]:
+    """Why a pod is not running (and whether that is a failure rather than a start). An unschedulable
+    pod counts as failing once it has been so for ``unschedulable_grace`` seconds: the scheduler also
+    says so of a claim made a moment before the pod that its cache has not seen yet, and places the
+    pod when it does."""
     status = pod.get("status") or {}
     for c in status.get("containerStatuses") or []:
         waiting = (c.get("state") or {}).get("waiting") or {}
@@ -30,7 +37,9 @@ def pod_problem(pod: Obj) -> tuple[str, bool]:
             return waiting["reason"], waiting["reason"] in FAILING
     scheduled = find_condition(status.get("conditions"), "PodScheduled")
     if scheduled and scheduled.get("status") == "False":
-        return f"unschedulable: {scheduled.get('message', '')[:120]}", scheduled.get("reason") == "Unschedulable"
+        failing = (scheduled.get("reason") == "Unschedulable"
+                   and since(scheduled.get("lastTransitionTime")) >= unschedulable_grace)
+        return f"unschedulable: {scheduled.get('message', '')[:120]}", failing
     if not (pod.get("spec") or {}).get("nodeName"):
         return "not scheduled to a node", False
     return status.get("phase", "Pending"), False
