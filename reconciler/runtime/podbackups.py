@@ -25,7 +25,6 @@ DATA_DIR = f"{DATA_MOUNT}/data"
 CERTS = "/etc/etcd/client"
 BACKUP_TIMEOUT = 900.0  # seconds a snapshot or restore pod may take, start included
 POLL = 0.5
-UNSCHEDULABLE_GRACE = 20.0  # seconds a snapshot or restore pod may stay unschedulable before it is a failure
 
 
 def snapshot_claim(namespace: str, labels: dict[str, str], size: str, storage_class: str | None) -> Obj:

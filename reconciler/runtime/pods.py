@@ -420,7 +420,7 @@ class PodsRuntime:
             phase = (pod.get("status") or {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 return pod
-            problem, failing = pod_problem(pod, podbackups.UNSCHEDULABLE_GRACE)
+            problem, failing = pod_problem(pod)
             if failing or time.monotonic() > deadline:
                 raise RuntimeFailure(reason, f"pod {namespace}/{name} did not finish: {problem}")
             await asyncio.sleep(podbackups.POLL)

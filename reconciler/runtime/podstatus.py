@@ -10,6 +10,9 @@ from reconciler.runtime.base import Obj
 from reconciler.runtime.hostobjects import COMPONENT, COMPONENTS
 
 STARTUP_GRACE = 300.0  # seconds pods may take to start before "Starting" becomes a complaint
+# seconds a pod may stay unschedulable before that is a failure: the scheduler also says so of a claim made
+# a moment before the pod that its cache has not seen yet, or that its provisioner has not bound yet
+UNSCHEDULABLE_GRACE = 20.0
 FAILING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
            "CreateContainerError", "RunContainerError"}
 
@@ -25,11 +28,9 @@ def age(obj: Obj) -> float:
     return since(obj.get("metadata", {}).get("creationTimestamp"))
 
 
-def pod_problem(pod: Obj, unschedulable_grace: float = 0.0) -> tuple[str, bool]:
+def pod_problem(pod: Obj, unschedulable_grace: float = UNSCHEDULABLE_GRACE) -> tuple[str, bool]:
     """Why a pod is not running (and whether that is a failure rather than a start). An unschedulable
-    pod counts as failing once it has been so for ``unschedulable_grace`` seconds: the scheduler also
-    says so of a claim made a moment before the pod that its cache has not seen yet, and places the
-    pod when it does."""
+    pod counts as failing once it has been so for ``unschedulable_grace`` seconds."""
     status = pod.get("status") or {}
     for c in status.get("containerStatuses") or []:
         waiting = (c.get("state") or {}).get("waiting") or {}

@@ -25,6 +25,7 @@ from certs.tenant import TenantPki
 from hack.harness import HostCluster, create_fake_nodes, free_port, wait_until
 from reconciler.runtime.base import RuntimeFailure
 from reconciler.runtime.pods import OWNED_KINDS, PodsRuntime
+from reconciler.runtime.podstatus import UNSCHEDULABLE_GRACE
 
 pytestmark = pytest.mark.e2e
 
@@ -220,10 +221,14 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
 
     # once the host's controllers made the pods and its scheduler placed them, the message says which
     # run (kwok runs them on the simulated control-plane node) and why the rest do not: etcd's claim
-    # names a StorageClass this host does not have, a failure rather than a slow start
+    # names a StorageClass this host does not have. That is a start still under way while the scheduler
+    # may yet place the pod (a claim made a moment before), and a failure once it has not for a while.
     await wait_for_pods(client, namespace, "alpha", 3)
     state = await _until(lambda: runtime.ensure(vc, pki), lambda s: "apiserver 1/1 pods running" in s.message
                          and "unschedulable" in s.message)
+    assert state.reason == "Starting", state.message
+    state = await _until(lambda: runtime.ensure(vc, pki), lambda s: s.reason != "Starting",
+                         timeout=UNSCHEDULABLE_GRACE + 30)
     assert f"did not answer at {endpoint}" in state.message
     assert "etcd 0/1 pods running (alpha-etcd-0: unschedulable: " in state.message
     assert "persistentvolumeclaim" in state.message.lower()

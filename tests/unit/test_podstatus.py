@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from reconciler.runtime.podstatus import pod_problem
+from reconciler.runtime.hostobjects import COMPONENT
+from reconciler.runtime.podstatus import UNSCHEDULABLE_GRACE, pod_problem, pods_summary
 
 NOT_FOUND = 'persistentvolumeclaim "data-broken-etcd-0" not found'
 
@@ -16,26 +17,33 @@ def unschedulable(seconds_ago: float, message: str = NOT_FOUND) -> dict:
          "lastTransitionTime": stamp}]}}
 
 
-def test_an_unschedulable_pod_is_failing_at_once_without_a_grace() -> None:
-    problem, failing = pod_problem(unschedulable(1))
-    assert failing
+def test_an_unschedulable_pod_within_the_grace_is_still_starting() -> None:
+    problem, failing = pod_problem(unschedulable(2))
+    assert not failing
     assert problem == f"unschedulable: {NOT_FOUND}"
 
 
-def test_an_unschedulable_pod_within_the_grace_is_still_starting() -> None:
-    problem, failing = pod_problem(unschedulable(2), unschedulable_grace=20)
-    assert not failing
-    assert problem.startswith("unschedulable: ")
-
-
 def test_an_unschedulable_pod_past_the_grace_is_failing() -> None:
-    assert pod_problem(unschedulable(25), unschedulable_grace=20)[1]
+    assert pod_problem(unschedulable(UNSCHEDULABLE_GRACE + 5))[1]
+
+
+def test_without_a_grace_an_unschedulable_pod_is_failing_at_once() -> None:
+    assert pod_problem(unschedulable(1), unschedulable_grace=0)[1]
+
+
+def test_the_host_pods_of_a_tenant_whose_etcd_waits_for_its_claim_are_starting_then_failing() -> None:
+    apiserver = {"metadata": {"labels": {COMPONENT: "apiserver"}}, "status": {"phase": "Running"}}
+    etcd = {"metadata": {"name": "alpha-etcd-0", "labels": {COMPONENT: "etcd"}}}
+    assert pods_summary([apiserver, {**etcd, **unschedulable(1)}])[0] == "Starting"
+    reason, summary = pods_summary([apiserver, {**etcd, **unschedulable(UNSCHEDULABLE_GRACE + 5)}])
+    assert reason == "ComponentFailing"
+    assert f"etcd 0/1 pods running (alpha-etcd-0: unschedulable: {NOT_FOUND})" in summary
 
 
 def test_a_container_that_cannot_pull_its_image_is_failing_whatever_the_grace() -> None:
     pod = {"spec": {"nodeName": "n1"}, "status": {"phase": "Pending", "containerStatuses": [
         {"name": "backup", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
-    assert pod_problem(pod, unschedulable_grace=20) == ("ImagePullBackOff", True)
+    assert pod_problem(pod) == ("ImagePullBackOff", True)
 
 
 def test_a_pod_waiting_for_the_scheduler_is_not_failing() -> None:
