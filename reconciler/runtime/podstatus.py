@@ -30,7 +30,8 @@ def age(obj: Obj) -> float:
 
 def pod_problem(pod: Obj, unschedulable_grace: float = UNSCHEDULABLE_GRACE) -> tuple[str, bool]:
     """Why a pod is not running (and whether that is a failure rather than a start). An unschedulable
-    pod counts as failing once it has been so for ``unschedulable_grace`` seconds."""
+    pod counts as failing once it has been so for ``unschedulable_grace`` seconds (by the condition's
+    ``lastTransitionTime``, or the pod's age if the condition has none)."""
     status = pod.get("status") or {}
     for c in status.get("containerStatuses") or []:
         waiting = (c.get("state") or {}).get("waiting") or {}
@@ -38,8 +39,8 @@ def pod_problem(pod: Obj, unschedulable_grace: float = UNSCHEDULABLE_GRACE) -> t
             return waiting["reason"], waiting["reason"] in FAILING
     scheduled = find_condition(status.get("conditions"), "PodScheduled")
     if scheduled and scheduled.get("status") == "False":
-        failing = (scheduled.get("reason") == "Unschedulable"
-                   and since(scheduled.get("lastTransitionTime")) >= unschedulable_grace)
+        stamp = scheduled.get("lastTransitionTime") or (pod.get("metadata") or {}).get("creationTimestamp")
+        failing = scheduled.get("reason") == "Unschedulable" and since(stamp) >= unschedulable_grace
         return f"unschedulable: {scheduled.get('message', '')[:120]}", failing
     if not (pod.get("spec") or {}).get("nodeName"):
         return "not scheduled to a node", False

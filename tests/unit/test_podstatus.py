@@ -10,8 +10,12 @@ from reconciler.runtime.podstatus import UNSCHEDULABLE_GRACE, pod_problem, pods_
 NOT_FOUND = 'persistentvolumeclaim "data-broken-etcd-0" not found'
 
 
+def ago(seconds: float) -> str:
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def unschedulable(seconds_ago: float, message: str = NOT_FOUND) -> dict:
-    stamp = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = ago(seconds_ago)
     return {"spec": {}, "status": {"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
          "lastTransitionTime": stamp}]}}
@@ -25,6 +29,13 @@ def test_an_unschedulable_pod_within_the_grace_is_still_starting() -> None:
 
 def test_an_unschedulable_pod_past_the_grace_is_failing() -> None:
     assert pod_problem(unschedulable(UNSCHEDULABLE_GRACE + 5))[1]
+
+
+def test_an_unschedulable_condition_without_a_transition_time_counts_from_the_pods_creation() -> None:
+    pod = unschedulable(0)
+    del pod["status"]["conditions"][0]["lastTransitionTime"]
+    assert not pod_problem({**pod, "metadata": {"creationTimestamp": ago(2)}})[1]
+    assert pod_problem({**pod, "metadata": {"creationTimestamp": ago(UNSCHEDULABLE_GRACE + 5)}})[1]
 
 
 def test_without_a_grace_an_unschedulable_pod_is_failing_at_once() -> None:
