@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-__all__ = ["age", "human_duration", "now_rfc3339", "parse_rfc3339"]
+__all__ = ["age", "human_duration", "now_rfc3339", "parse_rfc3339", "seconds_since"]
 
 
 def human_duration(seconds: float) -> str:
@@ -48,11 +48,15 @@ def parse_rfc3339(value: str) -> dt.datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
+def seconds_since(timestamp: str) -> float:
+    """Seconds from a timestamp kube wrote until now (negative if it is ahead of this clock)."""
+    return (dt.datetime.now(dt.UTC) - parse_rfc3339(timestamp)).total_seconds()
+
+
 def age(timestamp: str | None) -> str:
     if not timestamp:
         return "<unknown>"
     try:
-        created = parse_rfc3339(timestamp)
+        return human_duration(seconds_since(timestamp))
     except ValueError:
         return "<unknown>"
-    return human_duration((dt.datetime.now(dt.UTC) - created).total_seconds())

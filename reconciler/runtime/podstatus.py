@@ -3,9 +3,8 @@ status carries while its apiserver does not answer (readiness itself is the apis
 
 from __future__ import annotations
 
-import datetime as dt
-
 from apiserver.apis.conditions import find_condition
+from apiserver.machinery.timefmt import seconds_since
 from reconciler.runtime.base import Obj
 from reconciler.runtime.hostobjects import COMPONENT, COMPONENTS
 
@@ -18,10 +17,8 @@ FAILING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImage
 
 
 def since(stamp: str | None) -> float:
-    """Seconds since an RFC 3339 timestamp of the host's (0 when there is none)."""
-    if not stamp:
-        return 0.0
-    return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds()
+    """Seconds since a timestamp of the host's (0 when there is none)."""
+    return seconds_since(stamp) if stamp else 0.0
 
 
 def age(obj: Obj) -> float:
