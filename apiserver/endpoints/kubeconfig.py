@@ -25,7 +25,7 @@ from apiserver.auth.authn import UserInfo
 from apiserver.endpoints import negotiation as wire
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
-from apiserver.machinery.timefmt import now_rfc3339
+from apiserver.machinery.timefmt import now_rfc3339, rfc3339
 from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
 from apiserver.storage.secrets import SecretStore, load_pki
@@ -135,5 +135,5 @@ class KubeconfigIssuer:
                                 context=f"{cluster}")
         await self.events.record(obj, "Normal", "KubeconfigIssued",
                                  f"kubeconfig issued to {user.name}, valid until "
-                                 f"{not_after.strftime('%Y-%m-%dT%H:%M:%SZ')}")
+                                 f"{rfc3339(not_after)}")
         return wire.render(config, target)

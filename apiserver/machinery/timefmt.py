@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-__all__ = ["age", "human_duration", "now_rfc3339", "parse_rfc3339", "seconds_since"]
+__all__ = ["age", "human_duration", "now_rfc3339", "parse_rfc3339", "rfc3339", "seconds_since"]
 
 
 def human_duration(seconds: float) -> str:
@@ -39,8 +39,13 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24 // 365}y"
 
 
+def rfc3339(moment: dt.datetime) -> str:
+    """``moment`` (timezone-aware) as kube writes a time: RFC 3339 in UTC, to the second."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(dt.datetime.now(dt.UTC))
 
 
 def parse_rfc3339(value: str) -> dt.datetime:

@@ -61,7 +61,7 @@ from apiserver.machinery.fieldpath import (
     set_of,
     to_fields_v1,
 )
-from apiserver.machinery.timefmt import parse_rfc3339
+from apiserver.machinery.timefmt import parse_rfc3339, rfc3339
 from apiserver.machinery.validation import FIELD_MANAGER_MAX_LENGTH
 
 __all__ = ["ANCIENT_CHANGES", "MAX_UPDATE_MANAGERS", "FieldManager", "ManagedEntry", "decode_managed_fields",
@@ -127,7 +127,7 @@ class ManagedEntry:
         if self.subresource:
             out["subresource"] = self.subresource
         if self.time is not None:
-            out["time"] = self.time.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            out["time"] = rfc3339(self.time)
         return out
 
 

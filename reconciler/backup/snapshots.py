@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from apiserver.machinery.timefmt import rfc3339
 from reconciler.fileio import remove, write_atomic
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class SnapshotStore:
         path = self.path(namespace, name, snapshot)
         size = path.stat().st_size
         problem = verify(path)
-        taken = moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        taken = rfc3339(moment)
         if problem:
             path.unlink(missing_ok=True)
             return Snapshot(snapshot, taken, revision, size, problem)

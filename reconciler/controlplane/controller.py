@@ -23,7 +23,7 @@ from apiserver.apis.sharedslice import shared_slice
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
-from apiserver.machinery.timefmt import now_rfc3339
+from apiserver.machinery.timefmt import now_rfc3339, parse_rfc3339
 from apiserver.registry.store import Registry
 from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
@@ -147,7 +147,7 @@ class ControlPlaneController:
         now = dt.datetime.now(dt.UTC)
         try:
             kept = await runtime.snapshots(obj)
-            last = dt.datetime.fromisoformat(kept[-1].time) if kept else None
+            last = parse_rfc3339(kept[-1].time) if kept else None
             due, next_at = schedule.due(obj, now, last)
             if not due and retained(kept, spec.keep) != kept:  # one recorded, not yet pruned (or keep lowered)
                 kept = await runtime.prune_snapshots(obj, spec.keep)

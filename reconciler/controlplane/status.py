@@ -23,6 +23,7 @@ from apiserver.apis.conditions import find_condition, set_condition
 from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import merge_patch
+from apiserver.machinery.timefmt import parse_rfc3339, rfc3339
 from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
 from reconciler.backup.etcd import RESTORE_FAILED
@@ -123,16 +124,11 @@ class Stopping:
     unreachable: str = ""
 
 
-def _rfc3339(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _time(value: Any) -> dt.datetime | None:
     try:
-        parsed = dt.datetime.fromisoformat(str(value))
+        return parse_rfc3339(str(value))
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def _control_plane_up_since(obj: Obj) -> dt.datetime | None:
@@ -185,7 +181,7 @@ def hibernation(obj: Obj, now: dt.datetime, last_request: dt.datetime | None) ->
     assert since is not None, "inactivity is only due for a running control plane"
     wake = (" (fetching its kubeconfig wakes it)" if spec.wake_on_access else
             f" (the annotation {sleep.WAKE_ANNOTATION} set to the current time wakes it)")
-    return Hibernation(sleep.INACTIVE, f"no request from a user since {_rfc3339(since)}, for longer than "
+    return Hibernation(sleep.INACTIVE, f"no request from a user since {rfc3339(since)}, for longer than "
                                        f"spec.hibernation.afterInactivity ({spec.after_inactivity_text}){wake}")
 
 

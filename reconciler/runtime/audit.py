@@ -27,6 +27,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable
 
+from apiserver.machinery.timefmt import parse_rfc3339
 from certs.tenant import ADMIN_USER, CONTROLLER_MANAGER_USER, SCHEDULER_USER, TENANT_ADMINS
 from reconciler.runtime.base import RuntimeFailure
 
@@ -78,7 +79,7 @@ def latest(lines: Iterable[str]) -> dt.datetime | None:
             continue
         try:
             event = json.loads(line[start:])
-            stamp = dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00"))
+            stamp = parse_rfc3339(event["stageTimestamp"])
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a line cut short by rotation or a log limit
         if found is None or stamp > found:

@@ -58,6 +58,7 @@ from cryptography.exceptions import InvalidSignature
 from apiserver import IMAGE
 from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from apiserver.machinery.timefmt import rfc3339
 from certs import pki as pkilib
 from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
 from reconciler.backup.etcd import RESTORE_FAILED, SNAPSHOT_FAILED
@@ -463,12 +464,12 @@ class PodsRuntime:
             text = await self._call(f"reading the log of pod {namespace}/{pod_name}", "GET",
                                     paths.path("Pod", namespace, pod_name) + "/log", raw=True,
                                     params={"container": "kube-apiserver", "tailLines": str(AUDIT_TAIL_LINES),
-                                            "sinceTime": since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
+                                            "sinceTime": rfc3339(since)})
             lines = text.decode(errors="replace").splitlines()
             found = audit.latest(lines)
             if found is None and len(lines) >= AUDIT_TAIL_LINES:
                 raise audit.unknown(f"the log of {pod_name} holds more than {AUDIT_TAIL_LINES} lines since "
-                                    f"{since:%Y-%m-%dT%H:%M:%SZ} and none of the last is a user request")
+                                    f"{rfc3339(since)} and none of the last is a user request")
             if found is not None and (latest is None or found > latest):
                 latest = found
         return latest
