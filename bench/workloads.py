@@ -8,7 +8,6 @@ etcd's growing database, Go's GC pacing) weighs on both sides equally.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import random
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from apiserver.machinery.timefmt import now_rfc3339
 from hack.harness import binary
 
 from .client import (
@@ -283,7 +283,7 @@ async def update(b: Bench) -> None:
         upd_rate.add(target.name, len(objs) / seconds)
         upd_lat.add(target.name, *_ms(lats))
 
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = now_rfc3339()
         for obj in updated:
             obj["status"] = ready_status(obj, now)
         meter = b.meter(target)

@@ -23,7 +23,7 @@ from typing import Any
 
 from apiserver.apis.conditions import find_condition
 from apiserver.machinery.golang import parse_duration
-from apiserver.machinery.timefmt import parse_rfc3339
+from apiserver.machinery.timefmt import time_of
 
 __all__ = ["CONDITION", "HIBERNATION_PHASES", "INACTIVE", "SPEC", "WAKE_ANNOTATION", "HibernationSpec", "asleep",
            "spec_of", "wake_pending", "wake_requested_at"]
@@ -70,18 +70,9 @@ def asleep(obj: Obj) -> str:
     return str(cond.get("reason") or SPEC) if cond is not None and cond.get("status") == "True" else ""
 
 
-def _time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_rfc3339(value)
-    except ValueError:
-        return None
-
-
 def wake_requested_at(obj: Obj) -> dt.datetime | None:
     """The time in :data:`WAKE_ANNOTATION`, if it holds one."""
-    return _time(((obj.get("metadata") or {}).get("annotations") or {}).get(WAKE_ANNOTATION))
+    return time_of(((obj.get("metadata") or {}).get("annotations") or {}).get(WAKE_ANNOTATION))
 
 
 def wake_pending(obj: Obj) -> bool:
@@ -89,5 +80,5 @@ def wake_pending(obj: Obj) -> bool:
     cond = condition(obj)
     if asleep(obj) != INACTIVE or cond is None:
         return False
-    asked, slept = wake_requested_at(obj), _time(cond.get("lastTransitionTime"))
+    asked, slept = wake_requested_at(obj), time_of(cond.get("lastTransitionTime"))
     return asked is not None and (slept is None or asked >= slept)

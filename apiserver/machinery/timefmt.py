@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
-__all__ = ["age", "human_duration", "now_rfc3339", "parse_rfc3339", "rfc3339", "seconds_since"]
+__all__ = ["age", "human_duration", "now_rfc3339", "parse_rfc3339", "rfc3339", "seconds_since", "time_of"]
 
 
 def human_duration(seconds: float) -> str:
@@ -51,6 +52,17 @@ def now_rfc3339() -> str:
 def parse_rfc3339(value: str) -> dt.datetime:
     parsed = dt.datetime.fromisoformat(value)  # C-fast; Python 3.11 reads the trailing Z
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def time_of(value: Any) -> dt.datetime | None:
+    """The time in an object's field (a condition's ``lastTransitionTime``, an annotation); None when
+    the field is missing or holds something that is not a time."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_rfc3339(value)
+    except ValueError:
+        return None
 
 
 def seconds_since(timestamp: str) -> float:

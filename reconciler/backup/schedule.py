@@ -19,7 +19,7 @@ from typing import Any
 
 from apiserver.apis.conditions import find_condition
 from apiserver.machinery import cron
-from apiserver.machinery.timefmt import parse_rfc3339
+from apiserver.machinery.timefmt import time_of
 
 __all__ = ["SNAPSHOT_ANNOTATION", "BackupSpec", "due", "spec_of"]
 
@@ -48,17 +48,8 @@ def spec_of(obj: Obj) -> BackupSpec | None:
     return BackupSpec(schedule, keep if isinstance(keep, int) and keep >= 1 else DEFAULT_KEEP)
 
 
-def _time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_rfc3339(value)
-    except ValueError:
-        return None
-
-
 def requested_at(obj: Obj) -> dt.datetime | None:
-    return _time(((obj.get("metadata") or {}).get("annotations") or {}).get(SNAPSHOT_ANNOTATION))
+    return time_of(((obj.get("metadata") or {}).get("annotations") or {}).get(SNAPSHOT_ANNOTATION))
 
 
 def due(obj: Obj, now: dt.datetime, last_taken: dt.datetime | None) -> tuple[bool, dt.datetime | None]:
@@ -70,7 +61,7 @@ def due(obj: Obj, now: dt.datetime, last_taken: dt.datetime | None) -> tuple[boo
     if asked is not None and (last_taken is None or asked > last_taken):
         return True, spec.schedule.next_after(now)
     ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
-    up_since = _time(ready.get("lastTransitionTime")) if ready and ready.get("status") == "True" else None
+    up_since = time_of(ready.get("lastTransitionTime")) if ready and ready.get("status") == "True" else None
     start = last_taken or up_since or now
     next_at = spec.schedule.next_after(start)
     if next_at is not None and next_at <= now:

@@ -23,7 +23,7 @@ from apiserver.apis.conditions import find_condition, set_condition
 from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import merge_patch
-from apiserver.machinery.timefmt import parse_rfc3339, rfc3339
+from apiserver.machinery.timefmt import rfc3339, time_of
 from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
 from reconciler.backup.etcd import RESTORE_FAILED
@@ -124,19 +124,12 @@ class Stopping:
     unreachable: str = ""
 
 
-def _time(value: Any) -> dt.datetime | None:
-    try:
-        return parse_rfc3339(str(value))
-    except ValueError:
-        return None
-
-
 def _control_plane_up_since(obj: Obj) -> dt.datetime | None:
     """When ControlPlaneReady last turned True, if it is True."""
     cond = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
     if cond is None or cond.get("status") != "True":
         return None
-    return _time(cond.get("lastTransitionTime"))
+    return time_of(cond.get("lastTransitionTime"))
 
 
 def idle_since(obj: Obj, last_request: dt.datetime | None) -> dt.datetime | None:

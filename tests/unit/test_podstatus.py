@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from apiserver.machinery.timefmt import rfc3339
 from reconciler.runtime.hostobjects import COMPONENT
 from reconciler.runtime.podstatus import UNSCHEDULABLE_GRACE, pod_problem, pods_summary
 
@@ -11,7 +12,7 @@ NOT_FOUND = 'persistentvolumeclaim "data-broken-etcd-0" not found'
 
 
 def ago(seconds: float) -> str:
-    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds))
 
 
 def unschedulable(seconds_ago: float, message: str = NOT_FOUND) -> dict:

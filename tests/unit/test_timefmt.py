@@ -4,7 +4,7 @@ import datetime as dt
 
 import pytest
 
-from apiserver.machinery.timefmt import age, human_duration, parse_rfc3339, rfc3339, seconds_since
+from apiserver.machinery.timefmt import age, human_duration, parse_rfc3339, rfc3339, seconds_since, time_of
 
 
 @pytest.mark.parametrize("written", [
@@ -26,6 +26,15 @@ def test_a_time_without_a_zone_is_taken_as_utc() -> None:
 def test_what_is_not_a_time_is_refused_with_value_error() -> None:
     with pytest.raises(ValueError):
         parse_rfc3339("yesterday")
+
+
+@pytest.mark.parametrize("field", [None, "", "yesterday", 1732738212, ["2026-11-27T20:10:12Z"]])
+def test_a_field_without_a_time_in_it_has_no_time(field: object) -> None:
+    assert time_of(field) is None
+
+
+def test_a_field_holding_a_time_has_that_time() -> None:
+    assert time_of("2026-11-27T20:10:12Z") == dt.datetime(2026, 11, 27, 20, 10, 12, tzinfo=dt.UTC)
 
 
 def test_a_moment_is_written_in_utc_to_the_second_whatever_its_zone() -> None:
