@@ -221,6 +221,7 @@ class _EventEncoder:
         self.target = target
         self.include = include
         self.first_table = True
+        self.as_stored = not target.is_table and not target.is_metadata  # the object itself: one line for all
 
     def _shape(self, obj: dict[str, Any]) -> dict[str, Any]:
         if self.target.is_table:
@@ -238,7 +239,7 @@ class _EventEncoder:
         if ev.type == BOOKMARK:
             return self.bookmark(ev.rv)
         assert ev.entry is not None
-        if not self.target.is_table and not self.target.is_metadata:  # one encoding shared by every watcher
+        if self.as_stored:
             return _shared_line(ev)
         return orjson.dumps({"type": ev.type, "object": self._shape(ev.entry.obj)}) + b"\n"
 

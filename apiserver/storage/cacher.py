@@ -13,6 +13,7 @@ import asyncio
 import bisect
 import contextlib
 import logging
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -77,19 +78,20 @@ _turned = _Turned()
 class EventQueue:
     """The events one watcher has yet to take, for its one reader.
 
-    asyncio.Queue's interface, without what no watcher uses (task_done, maxsize, waiting
-    writers): every event passes through one of these per watcher, 200 times over for an event
-    that 200 watchers see.
+    asyncio.Queue's interface, without what no watcher uses (task_done, waiting writers): every
+    event passes through one of these per watcher, 200 times over for an event that 200 watchers
+    see. A full queue refuses an event rather than raising (its reader fell behind).
     """
 
-    __slots__ = ("_items", "_waiter", "sink")
+    __slots__ = ("_items", "_waiter", "sink", "capacity")
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = sys.maxsize) -> None:
         self._items: deque[Event | None] = deque()
         self._waiter: asyncio.Future[None] | None = None
         # What a reader waiting on an empty queue takes events with, at once: the event is then
         # handled without waking the reader (True), or queued as any other (False).
         self.sink: Callable[[Event], bool] | None = None
+        self.capacity = capacity  # events that may wait; the end of the stream (None) always goes in
 
     def qsize(self) -> int:
         return len(self._items)
@@ -97,14 +99,21 @@ class EventQueue:
     def empty(self) -> bool:
         return not self._items
 
-    def put_nowait(self, item: Event | None) -> None:
-        if self._waiter is not None and self.sink is not None and item is not None and not self._items \
-                and not self._waiter.done() and self.sink(item):
-            return
-        self._items.append(item)
+    def put_nowait(self, item: Event | None) -> bool:
+        """Hand ``item`` to the waiting reader's sink or queue it; False: ``capacity`` events wait already,
+        and it was not taken."""
+        items = self._items
+        if items:
+            if item is not None and len(items) >= self.capacity:
+                return False
+        elif item is not None and self.sink is not None and (waiter := self._waiter) is not None \
+                and not waiter.done() and self.sink(item):
+            return True
+        items.append(item)
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        return True
 
     def get_nowait(self) -> Event | None:
         if not self._items:
@@ -133,7 +142,7 @@ class Watcher:
     on_stop: Callable[[Watcher], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.queue = EventQueue()
+        self.queue = EventQueue(self.capacity)
         self._unfiltered = self.predicate is match_all  # no selector: the namespace alone decides
 
     def _matches(self, entry: Entry | None) -> bool:
@@ -165,12 +174,8 @@ class Watcher:
         if self.closed_reason or (event.type != BOOKMARK and event.rv <= self.after_rv):
             return
         seen = self.translate(event)
-        if seen is None:
-            return
-        if self.queue.qsize() >= self.capacity:
+        if seen is not None and not self.queue.put_nowait(seen):
             self.close("the watcher fell too far behind")
-            return
-        self.queue.put_nowait(seen)
 
     def close(self, reason: str) -> None:
         if not self.closed_reason:

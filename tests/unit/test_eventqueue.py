@@ -1,4 +1,5 @@
-"""A watcher's queue: events come out in the order they went in, to a reader that may wait or give up."""
+"""A watcher's queue: events come out in the order they went in, to a reader that may wait or give up; a
+reader that falls its capacity behind loses its watch, not the server's memory."""
 
 from __future__ import annotations
 
@@ -6,12 +7,16 @@ import asyncio
 
 import pytest
 
-from apiserver.storage.cacher import EventQueue
-from apiserver.storage.interface import MODIFIED, Event
+from apiserver.storage.cacher import EventQueue, Watcher
+from apiserver.storage.interface import ADDED, MODIFIED, Entry, Event, match_all
 
 
 def event(rv: int) -> Event:
     return Event(MODIFIED, rv, None)
+
+
+def added(rv: int) -> Event:
+    return Event(ADDED, rv, Entry.of(f"/vc/ns/o{rv}", "ns", f"o{rv}", rv, {"metadata": {"name": f"o{rv}"}}))
 
 
 async def test_events_come_out_in_the_order_they_were_offered() -> None:
@@ -74,3 +79,31 @@ async def test_the_end_of_a_stream_always_wakes_the_reader() -> None:
     await asyncio.sleep(0)
     q.put_nowait(None)
     assert await asyncio.wait_for(reader, 1) is None
+
+
+async def test_a_full_queue_refuses_the_next_event_keeps_what_it_holds_and_still_takes_the_end() -> None:
+    q = EventQueue(capacity=2)
+    assert q.put_nowait(event(1)) and q.put_nowait(event(2))
+    assert not q.put_nowait(event(3))
+    assert q.put_nowait(None)  # the end of the stream is never refused
+    assert [await q.get() for _ in range(3)] == [event(1), event(2), None]
+
+
+async def test_a_reader_waiting_on_an_empty_queue_takes_events_through_its_sink_whatever_the_capacity() -> None:
+    q = EventQueue(capacity=1)
+    taken: list[int] = []
+    q.sink = lambda ev: not taken.append(ev.rv)
+    reader = asyncio.create_task(q.get())
+    await asyncio.sleep(0)
+    assert all(q.put_nowait(event(rv)) for rv in range(5))
+    assert taken == [0, 1, 2, 3, 4] and q.empty()
+    reader.cancel()
+
+
+def test_a_watcher_that_falls_its_capacity_behind_is_closed_after_what_it_holds() -> None:
+    watcher = Watcher(None, match_all, False, 3)
+    for rv in range(1, 6):
+        watcher.offer(added(rv))
+    assert watcher.closed_reason == "the watcher fell too far behind"
+    held = [watcher.queue.get_nowait() for _ in range(watcher.queue.qsize())]
+    assert [ev.rv if ev else None for ev in held] == [1, 2, 3, None]  # nothing after the end of its stream
