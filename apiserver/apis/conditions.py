@@ -8,11 +8,12 @@ The same rules as k8s.io/apimachinery's ``meta.FindStatusCondition`` and
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
-from apiserver.machinery.timefmt import now_rfc3339
+from apiserver.machinery.timefmt import now_rfc3339, time_of
 
-__all__ = ["find_condition", "set_condition"]
+__all__ = ["find_condition", "set_condition", "true_since"]
 
 Condition = dict[str, Any]
 
@@ -26,6 +27,14 @@ def find_condition(conditions: Any, type_: str) -> Condition | None:
         if isinstance(cond, dict) and cond.get("type") == type_:
             return cond
     return None
+
+
+def true_since(obj: dict[str, Any], type_: str) -> dt.datetime | None:
+    """When the object's condition of ``type_`` last turned True, if it is True and says when."""
+    cond = find_condition((obj.get("status") or {}).get("conditions"), type_)
+    if cond is None or cond.get("status") != "True":
+        return None
+    return time_of(cond.get("lastTransitionTime"))
 
 
 def set_condition(conditions: list[Condition], type_: str, status: str, reason: str, message: str,

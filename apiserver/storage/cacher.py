@@ -17,7 +17,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from apiserver.etcd.client import EtcdClient, EtcdCompacted, EtcdError, EtcdUnavailable, prefix_end
 from apiserver.etcd.messages import Event as EtcdEvent
@@ -134,15 +134,15 @@ class Watcher:
     namespace: str | None
     predicate: Predicate
     bookmarks: bool
-    capacity: int
+    capacity: InitVar[int]  # events that may wait for the client: held by its queue
     queue: EventQueue = field(init=False)
     closed_reason: str = ""
     next_bookmark: float = 0.0
     after_rv: int = 0  # events at or below this revision are not this watcher's (a watch from a future one)
     on_stop: Callable[[Watcher], None] | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
-        self.queue = EventQueue(self.capacity)
+    def __post_init__(self, capacity: int) -> None:
+        self.queue = EventQueue(capacity)
         self._unfiltered = self.predicate is match_all  # no selector: the namespace alone decides
 
     def _matches(self, entry: Entry | None) -> bool:

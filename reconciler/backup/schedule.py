@@ -17,7 +17,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver.apis.conditions import find_condition
+from apiserver.apis.conditions import true_since
 from apiserver.machinery import cron
 from apiserver.machinery.timefmt import time_of
 
@@ -60,9 +60,7 @@ def due(obj: Obj, now: dt.datetime, last_taken: dt.datetime | None) -> tuple[boo
     asked = requested_at(obj)
     if asked is not None and (last_taken is None or asked > last_taken):
         return True, spec.schedule.next_after(now)
-    ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
-    up_since = time_of(ready.get("lastTransitionTime")) if ready and ready.get("status") == "True" else None
-    start = last_taken or up_since or now
+    start = last_taken or true_since(obj, "ControlPlaneReady") or now
     next_at = spec.schedule.next_after(start)
     if next_at is not None and next_at <= now:
         return True, spec.schedule.next_after(now)

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from apiserver.apis import hibernation as sleep
-from apiserver.apis.conditions import find_condition, set_condition
+from apiserver.apis.conditions import find_condition, set_condition, true_since
 from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import merge_patch
-from apiserver.machinery.timefmt import rfc3339, time_of
+from apiserver.machinery.timefmt import rfc3339
 from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
 from reconciler.backup.etcd import RESTORE_FAILED
@@ -124,19 +124,11 @@ class Stopping:
     unreachable: str = ""
 
 
-def _control_plane_up_since(obj: Obj) -> dt.datetime | None:
-    """When ControlPlaneReady last turned True, if it is True."""
-    cond = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
-    if cond is None or cond.get("status") != "True":
-        return None
-    return time_of(cond.get("lastTransitionTime"))
-
-
 def idle_since(obj: Obj, last_request: dt.datetime | None) -> dt.datetime | None:
     """Since when a running control plane has had no user: its last user request, its start (a new
     or woken control plane gets the whole afterInactivity), or the last wake request, whichever is
     latest. None while the control plane is not running."""
-    up = _control_plane_up_since(obj)
+    up = true_since(obj, "ControlPlaneReady")
     if up is None:
         return None
     return max(t for t in (up, last_request, sleep.wake_requested_at(obj)) if t is not None)

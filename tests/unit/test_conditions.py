@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from apiserver.apis.conditions import find_condition, set_condition
+import datetime as dt
+
+from apiserver.apis.conditions import find_condition, set_condition, true_since
 
 T0, T1 = "2024-01-02T03:04:05Z", "2024-01-02T03:05:00Z"
 
@@ -30,3 +32,16 @@ def test_the_transition_time_moves_only_when_the_status_changes() -> None:
     assert flipped[1]["lastTransitionTime"] == T1
     assert flipped[0] == {"type": "Other", "status": "True"}  # others are left as they are, in their place
     assert first[1]["reason"] == "Pending"  # the list given is not changed
+
+
+def test_a_true_condition_says_since_when_and_any_other_says_nothing() -> None:
+    def obj(*conditions: dict[str, str]) -> dict[str, object]:
+        return {"status": {"conditions": list(conditions)}}
+
+    assert true_since(obj({"type": "Ready", "status": "True", "lastTransitionTime": T0}), "Ready") == \
+        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    assert true_since(obj({"type": "Ready", "status": "False", "lastTransitionTime": T0}), "Ready") is None
+    assert true_since(obj({"type": "Ready", "status": "True"}), "Ready") is None  # true, but not since when
+    assert true_since(obj({"type": "Ready", "status": "True", "lastTransitionTime": "soon"}), "Ready") is None
+    assert true_since(obj({"type": "Other", "status": "True", "lastTransitionTime": T0}), "Ready") is None
+    assert true_since({}, "Ready") is None
