@@ -20,6 +20,7 @@ from hack.realnodes import RealNodeLab
 from hack.stack import Stack, StackPorts
 from tests.support import report
 from tests.support.differential import DifferentialLab
+from tests.support.durations import Durations
 
 EXAMPLES = REPO / "examples"
 HISTORY = 200  # watch-cache history of the test server: small enough to expire in a test
@@ -28,6 +29,8 @@ _counter = itertools.count()
 
 def pytest_configure(config: pytest.Config) -> None:
     report.bind(config)  # what tests say reaches the terminal even while pytest captures output
+    if not hasattr(config, "workerinput"):  # the controller of a parallel run sees every report
+        config.pluginmanager.register(Durations(REPO / ".local" / "test-durations.txt"), "vc-durations")
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +125,13 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     vc-apiserver building tenant control planes as host pods (the ``pods`` runtime, on the
     control-plane node) and promoting nodes through the agents."""
     yield from running_stack(tmp_path_factory.mktemp("real"), runtime="pods", real_nodes=2)
+
+
+@pytest.fixture(scope="session")
+def process_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The playground as ``make up`` starts it (a host with 4 kwok nodes, vc-apiserver building tenant
+    control planes as processes), shared by the modules that leave it as they found it."""
+    yield from process_stack(tmp_path_factory.mktemp("process"), 4, 5)
 
 
 @pytest.fixture(scope="session")
