@@ -38,11 +38,11 @@ from apiserver.kubeclient.client import KubeClient, in_cluster, running_in_clust
 from apiserver.kubeclient.kubeconfig import KubeconfigError
 from apiserver.registry.admission import Admission, NamespaceLifecycle, RestoreAuthorization
 from apiserver.server.app import SHUTDOWN_TIMEOUT, ServerState, build_app, version_info
-from apiserver.server.http2 import AlpnSite
 from apiserver.server.metrics import Metrics
 from apiserver.server.options import csv_list, parse_args, read_file, serving_context
 from apiserver.storage.compactor import Compactor
 from apiserver.storage.secrets import SecretStore, load_key_file
+from apiserver.transport.http2 import AlpnSite
 
 if TYPE_CHECKING:
     from reconciler.nodes.promoter import NodeJoiner

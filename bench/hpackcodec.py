@@ -1,5 +1,5 @@
 """``python -m bench.hpackcodec``: vc-apiserver's CPU for HTTP/2 header blocks, the ``hpack``
-library against :mod:`apiserver.machinery.hpack`, in one run.
+library against :mod:`apiserver.transport.hpack`, in one run.
 
 The blocks are the ones the host's aggregator sends for proxied requests, as a capture of its
 traffic showed them: the same 17 fields each time in an order that changes from request to request
@@ -26,7 +26,7 @@ import uuid
 
 import hpack as library
 
-from apiserver.machinery import hpack as ours
+from apiserver.transport import hpack as ours
 
 from .etcdcodec import Case, alternate
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     ours.Decoder().decode(library.Encoder().encode([(b"x", b"y")], huffman=True))
     table = cases(args.blocks)
     print(f"before: hpack {library.__version__} (pure Python)")
-    print(f"after:  apiserver/machinery/hpack.py; Python {platform.python_version()}")
+    print(f"after:  apiserver/transport/hpack.py; Python {platform.python_version()}")
     best = alternate(table, args.rounds, args.seconds)
     print()
     print("| case | before µs | after µs | before ÷ after |")

@@ -26,9 +26,8 @@ from apiserver.endpoints import negotiation as wire
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
 from apiserver.machinery.timefmt import now_rfc3339, rfc3339
+from apiserver.registry.kubeconfig import KubeconfigREST
 from apiserver.registry.rest import WriteOptions
-from apiserver.registry.store import Registry
-from apiserver.storage.secrets import SecretStore, load_pki
 from certs import pki
 from certs.tenant import TENANT_ADMINS
 
@@ -55,16 +54,15 @@ def expiration(query: Any, maximum: int) -> int:
 
 
 class KubeconfigIssuer:
-    def __init__(self, registry: Registry, secrets: SecretStore | None, events: EventRecorder,
-                 max_expiration: int, wake_estimate: int = 30) -> None:
-        self.registry = registry
-        self.secrets = secrets
+    def __init__(self, rest: KubeconfigREST, events: EventRecorder, max_expiration: int,
+                 wake_estimate: int = 30) -> None:
+        self.rest = rest
         self.events = events
         self.max_expiration = max_expiration
         self.wake_estimate = wake_estimate  # seconds a hibernated control plane usually takes to be ready
 
     def _conflict(self, name: str, message: str, retry_after: int | None = None) -> errors.ApiError:
-        info = self.registry.info
+        info = self.rest.registry.info
         return errors.ApiError(409, "Conflict", f'{info.qualified} "{name}" {message}', name=name, group=info.group,
                                kind=info.resource, retry_after=retry_after,
                                headers={"Retry-After": str(retry_after)} if retry_after else {})
@@ -104,26 +102,26 @@ class KubeconfigIssuer:
             notes = current["metadata"].setdefault("annotations", {})
             notes[hibernation.WAKE_ANNOTATION] = now_rfc3339()
             return current
-        await self.registry.update_with(meta["namespace"], meta["name"], annotated,
-                                        WriteOptions(field_manager=FIELD_MANAGER))
+        await self.rest.registry.update_with(meta["namespace"], meta["name"], annotated,
+                                             WriteOptions(field_manager=FIELD_MANAGER))
         await self.events.record(obj, "Normal", "WakeRequested", "kubeconfig fetched: waking the virtual cluster")
 
     async def handle(self, request: web.Request) -> web.Response:
         target = wire.negotiate(request.headers.get("Accept"), allow_as=False)
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         seconds = expiration(request.rel_url.query, self.max_expiration)
-        obj = await self.registry.get(namespace, name)
+        obj = await self.rest.registry.get(namespace, name)
         phase = (obj.get("status") or {}).get("phase", "")
         if obj["metadata"].get("deletionTimestamp"):
             raise self._not_ready(name, "Deleting")
-        if self.secrets is None:
+        if not self.rest.keeps_credentials:
             raise self._not_ready(name, phase, "no control-plane runtime is configured")
         asleep = await self._hibernated(obj)
         if asleep is not None:
             raise asleep
         if not _ready(obj):
             raise self._not_ready(name, phase)
-        tenant = await load_pki(self.secrets, obj)
+        tenant = await self.rest.tenant_pki(obj)
         if tenant is None:
             raise self._not_ready(name, phase, "its credentials are being prepared")
         user: UserInfo = request["user"]

@@ -14,7 +14,7 @@ This is the least of HTTP/2 these calls need, in an :class:`asyncio.Protocol`:
 - We announce a header table size of 0, so etcd (grpc-go) keeps no dynamic table for its replies
   and every block it sends can be read alone. Of a successful reply only ``:status: 200`` is
   checked, which grpc-go sends first, as static entry 8; a unary reply carries its message only
-  on success. The header blocks of any other ending are decoded (:mod:`apiserver.machinery.hpack`) for etcd's
+  on success. The header blocks of any other ending are decoded (:mod:`apiserver.transport.hpack`) for etcd's
   ``grpc-status`` and ``grpc-message``, raised as :class:`GrpcError`.
 - A call that failed before etcd could have seen it raises :class:`NotSent` (safe to send to
   another member); one whose connection broke after it was sent raises :class:`CallBroken`:
@@ -44,8 +44,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
-from apiserver.machinery import hpack
-from apiserver.machinery.http2 import (
+from apiserver.transport import hpack
+from apiserver.transport.frames import (
     ACK,
     CANCEL,
     CONTINUATION,

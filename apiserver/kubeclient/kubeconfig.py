@@ -37,6 +37,8 @@ import orjson
 import yaml
 
 from apiserver.kubeclient.errors import CredentialError
+from apiserver.machinery import incluster
+from apiserver.machinery.incluster import running_in_cluster
 from apiserver.machinery.timefmt import parse_rfc3339
 
 __all__ = [
@@ -46,7 +48,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 EXEC_INFO_ENV = "KUBERNETES_EXEC_INFO"
 EXEC_CLUSTER_EXTENSION = "client.authentication.k8s.io/exec"  # a cluster's per-plugin config (provideClusterInfo)
@@ -458,13 +459,7 @@ def access_from_pem(server: str, ca: bytes, cert: bytes, key: bytes) -> ClusterA
 
 def in_cluster() -> ClusterAccess:
     """The pod's service account: its token file, re-read when kubelet rotates it."""
-    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    if ":" in host:
-        host = f"[{host}]"
-    sslctx = ssl.create_default_context(cafile=str(IN_CLUSTER_DIR / "ca.crt"))
-    return ClusterAccess(f"https://{host}:{port}", sslctx,
-                         credentials=TokenFile(IN_CLUSTER_DIR / "token", sslctx, "in-cluster service account"))
-
-
-def running_in_cluster() -> bool:
-    return "KUBERNETES_SERVICE_HOST" in os.environ and (IN_CLUSTER_DIR / "token").exists()
+    server = incluster.server_url()
+    sslctx = ssl.create_default_context(cafile=str(incluster.CA_FILE))
+    return ClusterAccess(server, sslctx,
+                         credentials=TokenFile(incluster.TOKEN_FILE, sslctx, "in-cluster service account"))

@@ -22,6 +22,7 @@ from apiserver.etcd.client import EtcdClient, EtcdError
 from apiserver.kubeclient.client import KubeClient
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.registry.admission import Admission
+from apiserver.registry.kubeconfig import KubeconfigREST
 from apiserver.registry.store import Registry
 from apiserver.registry.virtualcluster import VirtualClusterStrategy
 from apiserver.server.filters import (
@@ -103,8 +104,8 @@ def build_app(state: ServerState) -> web.Application:
     state.readiness_checks.setdefault("watch-cache", cache_check)
 
     state.events = EventRecorder(state.host)
-    kubeconfig = KubeconfigIssuer(state.registry, state.secrets, state.events, state.max_kubeconfig_expiration,
-                                  state.wake_estimate)
+    kubeconfig = KubeconfigIssuer(KubeconfigREST(state.registry, state.secrets), state.events,
+                                  state.max_kubeconfig_expiration, state.wake_estimate)
 
     async def version(request: web.Request) -> web.Response:
         return wire.render(state.version)

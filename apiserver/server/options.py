@@ -8,7 +8,7 @@ import ssl
 from pathlib import Path
 
 from apiserver import IMAGE
-from apiserver.server.http2 import ALPN, HTTP11
+from apiserver.transport.http2 import ALPN, HTTP11
 
 __all__ = ["csv_list", "parse_args", "read_file", "serving_context"]
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from apiserver.apis import hibernation as sleep
+from apiserver.apis.compute import requests_nodes
 from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER
 from apiserver.apis.sharedslice import shared_slice
@@ -42,7 +43,6 @@ from reconciler.controlplane.status import (
 )
 from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
-from reconciler.nodes.selection import requests_nodes
 from reconciler.runtime.base import ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
 from reconciler.runtime.flags import SERVICE_CIDR
 from reconciler.shared.slices import SharedSlices

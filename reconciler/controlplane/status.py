@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from apiserver.apis import hibernation as sleep
+from apiserver.apis.compute import asks_for_compute
 from apiserver.apis.conditions import find_condition, set_condition, true_since
-from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import merge_patch
 from apiserver.machinery.timefmt import rfc3339
@@ -28,7 +28,6 @@ from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
 from reconciler.backup.etcd import RESTORE_FAILED
 from reconciler.nodes.promoter import NodeReport
-from reconciler.nodes.selection import requests_nodes
 from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, RuntimeFailure
 
 Obj = dict[str, Any]
@@ -301,7 +300,7 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
         status.set(sharedResources=seen.shared)
     elif status.current.get("sharedResources"):
         status.set(sharedResources=None)
-    if not requests_nodes(obj.get("spec") or {}) and shared_slice(obj.get("spec") or {}) is None:
+    if not asks_for_compute(obj.get("spec")):
         status.set(nodes=[])
         status.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
         status.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")

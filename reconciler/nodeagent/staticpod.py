@@ -31,6 +31,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -39,8 +40,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import orjson
 import yaml
 
+from apiserver.machinery import incluster
 from reconciler.fileio import remove, write_atomic
 from reconciler.nodeagent import CLIENT_CN, DEFAULT_PORT
 from reconciler.nodeagent.files import KUBEADM, PRIVATE, PUBLIC, KubeletPaths, stale
@@ -231,19 +235,39 @@ async def pod_image(client: Any, namespace: str, name: str, container: str = INS
     raise LookupError(f"pod {namespace}/{name} has no container {container}")
 
 
-def image_from_pod(reference: str) -> str:
-    from apiserver.kubeclient.client import KubeClient, in_cluster
+class InClusterApi:
+    """All the installer asks of its cluster's API: a GET, as the pod's service account (where the server
+    and the credential are is :mod:`apiserver.machinery.incluster`'s), the token read for each. A failure
+    reads as the host client's: ``CODE Reason: message``, or the server, the request and what broke."""
 
-    namespace, _, name = reference.partition("/")
+    user_agent = "kosmos-node-agent-installer"
+    timeout = aiohttp.ClientTimeout(total=10.0, sock_connect=3)
 
-    async def lookup() -> str:
-        client = KubeClient(in_cluster(), user_agent="kosmos-node-agent-installer")
+    async def get(self, path: str) -> Any:
+        server = incluster.server_url()
+        sslctx = ssl.create_default_context(cafile=str(incluster.CA_FILE))
+        headers = {"User-Agent": self.user_agent, "Accept": "application/json",
+                   "Authorization": f"Bearer {incluster.TOKEN_FILE.read_text().strip()}"}
         try:
-            return await pod_image(client, namespace, name)
-        finally:
-            await client.close()
+            async with (aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=sslctx), headers=headers) as session,
+                        session.get(server + path, timeout=self.timeout) as resp):
+                status, answer = resp.status, await resp.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise ConnectionError(f"{server}: GET {path}: {type(e).__name__}: {e}") from e
+        try:
+            decoded = orjson.loads(answer) if answer else {}
+        except orjson.JSONDecodeError:
+            decoded = {"message": answer.decode(errors="replace")[:500]}
+        if status >= 400:
+            failure = decoded if isinstance(decoded, dict) else {"message": str(decoded)}
+            reason, message = failure.get("reason", ""), failure.get("message") or f"HTTP {status}"
+            raise LookupError(f"{status} {reason}: {message}")
+        return decoded
 
-    return asyncio.run(lookup())
+
+def image_from_pod(reference: str) -> str:
+    namespace, _, name = reference.partition("/")
+    return asyncio.run(pod_image(InClusterApi(), namespace, name))
 
 
 # -- the command ---------------------------------------------------------------------------------

@@ -101,15 +101,6 @@ def allocatable(node: Node, resource: str) -> Decimal:
         return Decimal(0)
 
 
-def requests_nodes(spec: Mapping[str, Any]) -> bool:
-    """Whether the spec asks for any host node at all: by count, by name, or by resources in
-    ``resourcesMode: Dedicated``. Resources in Shared mode (the default) are a slice of the shared host
-    (:func:`apiserver.apis.sharedslice.shared_slice`): no host node is promoted for them."""
-    resources = spec.get("promoteResources") or {}
-    return (any(int(p.get("nodeCount") or 0) > 0 for p in spec.get("promotePolicies") or [])
-            or bool(resources.get("nodes") or resources.get("nodeInfos") or dedicated_resources(spec)))
-
-
 @dataclass
 class Plan:
     """The outcome: nodes to keep, to claim, to release, and what could not be satisfied."""

@@ -15,22 +15,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from apiserver.apis.compute import asks_for_compute
 from apiserver.apis.conditions import find_condition
-from apiserver.apis.sharedslice import shared_slice
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
-from reconciler.nodes.selection import requests_nodes
 
-__all__ = ["Scheduling", "asks_for_compute", "something_to_schedule", "was_ready"]
+__all__ = ["Scheduling", "something_to_schedule", "was_ready"]
 
 log = logging.getLogger(__name__)
 
 Tenant = tuple[str, str]  # (namespace, name)
 ASK_TIMEOUT = 3.0  # seconds, as the readiness checks wait
-
-
-def asks_for_compute(spec: Mapping[str, Any] | None) -> bool:
-    """Whether the spec gives the tenant compute: host nodes (by count, name or resources) or a slice."""
-    return requests_nodes(spec or {}) or shared_slice(spec) is not None
 
 
 def was_ready(vc: Mapping[str, Any]) -> bool:

@@ -33,7 +33,7 @@ from apiserver.etcd.messages import (
     compare_mod_revision,
     op_put,
 )
-from apiserver.machinery.http2 import ACK, HEADERS, PING, PREFACE, FrameReader
+from apiserver.transport.frames import ACK, HEADERS, PING, PREFACE, FrameReader
 from certs import pki
 from hack.harness import Etcd, Proc, binary, free_port, wait_until
 from tests.conftest import start_etcd

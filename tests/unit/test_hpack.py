@@ -10,7 +10,7 @@ from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apiserver.machinery import hpack
+from apiserver.transport import hpack
 
 huffman_encode = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH).encode  # the independent implementation's
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.machinery.http2 import (
+from apiserver.transport.frames import (
     CONTINUATION,
     DATA,
     END_HEADERS,

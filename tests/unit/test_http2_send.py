@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from apiserver.machinery.http2 import DATA, DEFAULT_MAX_FRAME, FrameReader
-from apiserver.server.http2 import Http2Connection, _Stream
+from apiserver.transport.frames import DATA, DEFAULT_MAX_FRAME, FrameReader
+from apiserver.transport.http2 import Http2Connection, _Stream
 
 
 class _Server:

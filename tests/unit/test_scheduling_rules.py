@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.runtime.scheduling import Scheduling, asks_for_compute, was_ready
+from apiserver.apis.compute import asks_for_compute
+from reconciler.runtime.scheduling import Scheduling, was_ready
 
 
 @pytest.mark.parametrize(("spec", "asks"), [

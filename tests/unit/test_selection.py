@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apiserver.apis.compute import requests_nodes
 from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery.quantity import parse_quantity
 from apiserver.machinery.selectors import label_value_errors
@@ -28,7 +29,6 @@ from reconciler.nodes.selection import (
     claim_value,
     named_nodes,
     plan,
-    requests_nodes,
     still_chosen,
 )
 

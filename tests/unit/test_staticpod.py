@@ -4,12 +4,15 @@ directories standing in for the node's."""
 from __future__ import annotations
 
 import shlex
+import ssl
 import stat
 from pathlib import Path
 
 import pytest
 import yaml
+from aiohttp import web
 
+from apiserver.machinery import incluster
 from certs import pki
 from reconciler.nodeagent import CLIENT_CN, staticpod
 from reconciler.nodeagent.__main__ import parse_args as agent_parse_args
@@ -201,3 +204,41 @@ def test_the_command_runs_one_pass_and_marks_itself_ready(node: Path) -> None:
     joined(node / "var/lib/kosmos-node-agent")
     assert staticpod.main(["uninstall", "--settle", "0", *common]) == 1
     assert not ready.exists(), "a joined node's remover is not ready"
+
+
+async def test_the_installer_reads_its_own_pods_image_as_its_service_account(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one request the installer makes of its cluster, where a pod finds it; a refusal reads as Status."""
+    ca = pki.new_ca("cluster-ca")
+    serving = pki.new_leaf(ca, "kubernetes", hosts=["127.0.0.1"], usages=(pki.SERVER_AUTH,))
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    (tmp_path / "token").write_text("sa-token\n")
+    monkeypatch.setattr(incluster, "CA_FILE", tmp_path / "ca.crt")
+    monkeypatch.setattr(incluster, "TOKEN_FILE", tmp_path / "token")
+    asked: list[tuple[str, str]] = []
+
+    async def pod(request: web.Request) -> web.Response:
+        asked.append((request.path, request.headers["Authorization"]))
+        if request.match_info["name"] != "installer-0":
+            return web.json_response({"kind": "Status", "reason": "NotFound",
+                                      "message": f'pods "{request.match_info["name"]}" not found'}, status=404)
+        return web.json_response({"spec": {"containers": [{"name": "installer", "image": "registry.example/vc:1"}]}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/{namespace}/pods/{name}", pod)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(*serving.write(tmp_path, "serving"))
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+    await site.start()
+    try:
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(runner.addresses[0][1]))
+        assert await staticpod.pod_image(staticpod.InClusterApi(), "kosmos", "installer-0") == "registry.example/vc:1"
+        with pytest.raises(LookupError, match='^404 NotFound: pods "gone" not found$'):
+            await staticpod.pod_image(staticpod.InClusterApi(), "kosmos", "gone")
+    finally:
+        await runner.cleanup()
+    assert asked == [("/api/v1/namespaces/kosmos/pods/installer-0", "Bearer sa-token"),
+                     ("/api/v1/namespaces/kosmos/pods/gone", "Bearer sa-token")]

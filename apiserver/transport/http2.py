@@ -13,7 +13,7 @@ sends GOAWAY (no new streams), ``shutdown(timeout)`` waits for the streams in fl
 The framing is our own, as the etcd client's is: a fan-out's cost is per frame (a DATA frame out and,
 from Go's clients, about one WINDOW_UPDATE back per frame), and a general-purpose library's per-frame
 state machine cost as much as the TLS records it saves. Header blocks are HPACK-coded by
-:mod:`apiserver.machinery.hpack`; our responses' blocks never index, so they change no table.
+:mod:`apiserver.transport.hpack`; our responses' blocks never index, so they change no table.
 
 - Frames written in one pass of the event loop leave in one write.
 - Flow control both ways: a stream's request body is given window back as its handler reads it
@@ -39,8 +39,8 @@ from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from apiserver.machinery import hpack
-from apiserver.machinery.http2 import (
+from apiserver.transport import hpack
+from apiserver.transport.frames import (
     ACK,
     CANCEL,
     COMPRESSION_ERROR,
