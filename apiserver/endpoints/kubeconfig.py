@@ -26,8 +26,8 @@ from apiserver.endpoints import negotiation as wire
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
 from apiserver.machinery.timefmt import now_rfc3339, rfc3339
-from apiserver.registry.kubeconfig import KubeconfigREST
 from apiserver.registry.rest import WriteOptions
+from apiserver.registry.virtualcluster.kubeconfig import KubeconfigREST
 from certs import pki
 from certs.tenant import TENANT_ADMINS
 

@@ -1,19 +1,24 @@
-"""The aiohttp application: the server's state, its routes and filter chain, start and stop."""
+"""The built server (:class:`Server`): its aiohttp application (routes, filter chain, start and
+stop) and what the application serves with, made by :meth:`apiserver.server.config.CompletedConfig.new`;
+and how it runs until told to stop."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import platform
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+import signal
+import ssl
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from apiserver import __version__
 from apiserver.apis.resource import VIRTUALCLUSTERS
 from apiserver.auth.authn import Authenticator, Authorizer
+from apiserver.auth.delegated import AuthenticationSource
 from apiserver.endpoints import discovery, openapi
 from apiserver.endpoints import negotiation as wire
 from apiserver.endpoints.handlers import ResourceHandlers
@@ -21,10 +26,8 @@ from apiserver.endpoints.kubeconfig import KubeconfigIssuer
 from apiserver.etcd.client import EtcdClient, EtcdError
 from apiserver.kubeclient.client import KubeClient
 from apiserver.kubeclient.events import EventRecorder
-from apiserver.registry.admission import Admission
-from apiserver.registry.kubeconfig import KubeconfigREST
 from apiserver.registry.store import Registry
-from apiserver.registry.virtualcluster import VirtualClusterStrategy
+from apiserver.registry.virtualcluster import VirtualClusterStorage
 from apiserver.server.filters import (
     MAX_BODY,
     auth_middleware,
@@ -35,84 +38,119 @@ from apiserver.server.filters import (
 from apiserver.server.healthz import Check, health_routes
 from apiserver.server.metrics import Metrics
 from apiserver.storage.cacher import WatchCache
-from apiserver.storage.delegator import CachedStore
-from apiserver.storage.etcd3 import Store
 from apiserver.storage.secrets import SecretStore
+from apiserver.transport.http2 import AlpnSite
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from apiserver.server.config import CompletedConfig, KubeconfigConfig, LimitsConfig
+
+__all__ = ["SHUTDOWN_TIMEOUT", "Lifecycle", "Server", "build_app", "version_info"]
+
+log = logging.getLogger("vc-apiserver")
 
 GV_PATH = f"/apis/{VIRTUALCLUSTERS.group_version}"
+SHUTDOWN_TIMEOUT = 60.0  # seconds requests in flight get to finish once the listener is closed (kube's)
 
 
 @dataclass
-class ServerState:
-    """Everything the handlers share; built by :func:`build_app`, started on app startup."""
+class Lifecycle:
+    """The one part of a built server that changes while it runs: where it is in its life. It stays
+    mutable because ``/readyz`` must fail from the moment SIGTERM arrives while every request is still
+    served (kube's ShutdownDelayDuration), and the health checks read it on every probe."""
 
+    shutting_down: bool = False
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server as :meth:`~apiserver.server.config.CompletedConfig.new` builds it: what it was built from,
+    the app, and the runtime parts the composition root hands to the reconciler (the registry, the watch
+    cache, etcd, the host client, Events and the tenant secret store). Nothing is replaced once built;
+    only :attr:`lifecycle` changes."""
+
+    config: CompletedConfig
+    serving_context: ssl.SSLContext
+    app: web.Application
+    lifecycle: Lifecycle
+    authentication: AuthenticationSource
     etcd: EtcdClient
-    authenticator: Authenticator
-    authorizer: Authorizer
-    metrics: Metrics
-    version: dict[str, str]
-    host: KubeClient | None = None
-    admission: list[Admission] = field(default_factory=list)
-    secrets: SecretStore | None = None
-    max_kubeconfig_expiration: int = 365 * 86400
-    wake_estimate: int = 30  # seconds a hibernated control plane of the configured runtime takes to wake
-    max_requests_inflight: int = 400
-    max_mutating_requests_inflight: int = 200
-    events: EventRecorder = field(init=False)
-    cache: WatchCache = field(init=False)
-    registry: Registry = field(init=False)
-    started: float = field(default_factory=time.monotonic)
-    readiness_checks: dict[str, Check] = field(default_factory=dict)
-    shutting_down: bool = False  # SIGTERM received: /readyz fails while requests are still served
-    background: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
+    cache: WatchCache
+    registry: Registry
+    secrets: SecretStore | None
+    host: KubeClient | None
+    events: EventRecorder
 
-
-STATE = web.AppKey("state", ServerState)
-SHUTDOWN_TIMEOUT = 60.0  # seconds requests in flight get to finish once the listener is closed (kube's)
+    async def run(self) -> None:
+        """Serve until SIGTERM or SIGINT, then shut down as kube-apiserver does."""
+        serving = self.config.serving
+        await self.authentication.start()
+        # Go's servers read up to 1 MiB of request line and headers; aiohttp's 8 KiB defaults would
+        # refuse long label selectors and bearer tokens with a plain-text 400 instead of a Status.
+        # TCP keep-alive is set by AlpnSite on every accepted connection, whichever protocol it speaks.
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False, max_line_size=1 << 20,
+                               max_field_size=64 << 10, shutdown_timeout=SHUTDOWN_TIMEOUT,
+                               keepalive_timeout=serving.idle_timeout, tcp_keepalive=False)
+        await runner.setup()
+        site = AlpnSite(runner, serving.bind_address, serving.secure_port, ssl_context=self.serving_context,
+                        idle_timeout=serving.idle_timeout, backlog=1024,
+                        max_streams=serving.max_streams_per_connection)
+        await site.start()
+        log.info("serving on https://%s:%d", serving.bind_address, serving.secure_port)
+        # What exists once the server is up (modules, schemas, the OpenAPI document, the app) lives as long
+        # as the process: out of the cycle collector's way, which would walk all of it in every full collection.
+        gc.collect()
+        gc.freeze()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        # As kube-apiserver terminates: /readyz fails at once, everything is served for the delay, then
+        # the listener closes, every watch ends cleanly (its client re-watches elsewhere), and requests
+        # in flight get SHUTDOWN_TIMEOUT to finish.
+        self.lifecycle.shutting_down = True
+        log.info("shutting down: /readyz fails from now on; serving for %gs more (--shutdown-delay-duration)",
+                 serving.shutdown_delay)
+        await asyncio.sleep(serving.shutdown_delay)
+        await runner.cleanup()
+        log.info("shut down")
 
 
 # -- the application -------------------------------------------------------------------
 
-def build_app(state: ServerState) -> web.Application:
+def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualClusterStorage, events: EventRecorder,
+              metrics: Metrics, authenticator: Authenticator, authorizer: Authorizer, limits: LimitsConfig,
+              kubeconfig: KubeconfigConfig, version: dict[str, str], lifecycle: Lifecycle) -> web.Application:
+    """The routes and the filter chain over what the server serves with; the app starts etcd and the
+    watch cache, and stops them last."""
     app = web.Application(
         client_max_size=MAX_BODY,
-        middlewares=[metrics_middleware(state.metrics), error_middleware,
-                     inflight_middleware(state.max_requests_inflight, state.max_mutating_requests_inflight),
-                     auth_middleware(state.authenticator, state.authorizer)],
+        middlewares=[metrics_middleware(metrics), error_middleware,
+                     inflight_middleware(limits.max_requests_inflight, limits.max_mutating_requests_inflight),
+                     auth_middleware(authenticator, authorizer)],
     )
-    app[STATE] = state
-    store = Store(state.etcd, VIRTUALCLUSTERS)
-    state.cache = WatchCache(state.etcd, store.layout)
-    state.registry = Registry(CachedStore(store, state.cache), VirtualClusterStrategy(), state.admission)
-    handlers = ResourceHandlers(state.registry,
-                                on_watch_change=lambda d: state.metrics.watchers.labels(
-                                    VIRTUALCLUSTERS.resource).inc(d))
+    handlers = ResourceHandlers(virtualclusters.registry,
+                                on_watch_change=lambda d: metrics.watchers.labels(VIRTUALCLUSTERS.resource).inc(d))
 
     async def etcd_check() -> None:
         try:
-            await state.etcd.status()
+            await etcd.status()
         except EtcdError as e:
             raise RuntimeError(f"etcd: {e.message}") from e
 
     async def cache_check() -> None:
-        if not state.cache.ready:
+        if not cache.ready:
             raise RuntimeError("watch cache not initialized")
 
-    state.readiness_checks.setdefault("etcd", etcd_check)
-    state.readiness_checks.setdefault("watch-cache", cache_check)
+    readiness_checks: dict[str, Check] = {"etcd": etcd_check, "watch-cache": cache_check}
+    issuer = KubeconfigIssuer(virtualclusters.kubeconfig, events, kubeconfig.max_expiration, kubeconfig.wake_estimate)
 
-    state.events = EventRecorder(state.host)
-    kubeconfig = KubeconfigIssuer(KubeconfigREST(state.registry, state.secrets), state.events,
-                                  state.max_kubeconfig_expiration, state.wake_estimate)
+    async def version_handler(request: web.Request) -> web.Response:
+        return wire.render(version)
 
-    async def version(request: web.Request) -> web.Response:
-        return wire.render(state.version)
-
-    async def metrics(request: web.Request) -> web.Response:
-        state.metrics.objects.labels(VIRTUALCLUSTERS.resource).set(len(state.cache))
-        body, content_type = state.metrics.exposition()
+    async def metrics_handler(request: web.Request) -> web.Response:
+        metrics.objects.labels(VIRTUALCLUSTERS.resource).set(len(cache))
+        body, content_type = metrics.exposition()
         resp = web.Response(body=body)
         resp.headers["Content-Type"] = content_type
         return resp
@@ -134,7 +172,7 @@ def build_app(state: ServerState) -> web.Application:
                                                             "PATCH": handlers.patch,
                                                             "POST": handlers.not_supported,
                                                             "DELETE": handlers.not_supported}),
-        (item + "/{subresource:kubeconfig}", "vc.subresource.kubeconfig", {"GET": kubeconfig.handle}),
+        (item + "/{subresource:kubeconfig}", "vc.subresource.kubeconfig", {"GET": issuer.handle}),
         (item + "/{subresource}", "vc.subresource.unknown", {method: handlers.unknown_subresource for method in
                                                             ("GET", "PUT", "PATCH", "POST", "DELETE")}),
         (GV_PATH + "/virtualclusters", "vc.all", {"GET": handlers.list_or_watch, "POST": handlers.not_served,
@@ -147,22 +185,20 @@ def build_app(state: ServerState) -> web.Application:
             if method == "GET":
                 resource.add_route("HEAD", handler)  # as web.get() registers it
     app.add_routes([
-        web.get("/version", version),
-        web.get("/metrics", metrics),
+        web.get("/version", version_handler),
+        web.get("/metrics", metrics_handler),
         *discovery.routes([VIRTUALCLUSTERS]),
         *openapi.routes(),
-        *health_routes(state.readiness_checks, lambda: state.shutting_down),
+        *health_routes(readiness_checks, lambda: lifecycle.shutting_down),
     ])
 
     async def startup(app: web.Application) -> None:
-        await state.etcd.start()
-        await state.cache.start()
-        for start in state.background:
-            await start()
+        await etcd.start()
+        await cache.start()
 
     async def cleanup(app: web.Application) -> None:
-        await state.cache.stop()
-        await state.etcd.close()
+        await cache.stop()
+        await etcd.close()
 
     async def end_watches(app: web.Application) -> None:
         """On shutdown, once the listener is closed: every watch ends as a finished response, and its

@@ -1,115 +1,50 @@
 """The server's options: flags in kube-apiserver's vocabulary (the ones it shares keep its names and
-defaults), and what is read straight from them (the serving TLS context, CSV lists, files)."""
+defaults), grouped by concern as kube's ``pkg/server/options`` groups them. Each group is a small
+dataclass with ``add_flags`` (its flags, in their own section of ``--help``), ``validate`` (what its
+flags cannot say together) and ``to_config`` (its frozen part of :class:`~apiserver.server.config.Config`);
+:class:`ServerOptions` assembles them.
+
+Kube's groups have ``ApplyTo(config)``, which writes into a mutable config; ours is frozen, so each group
+returns its part and :meth:`ServerOptions.config` puts the parts together. The reconciler's flags are
+the reconciler's own (``reconciler/options.py``): ``apiserver/__main__.py`` adds them beside these."""
 
 from __future__ import annotations
 
 import argparse
-import ssl
-from pathlib import Path
+import logging
+import sys
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, TypeVar
 
-from apiserver import IMAGE
-from apiserver.transport.http2 import ALPN, HTTP11
+from apiserver.server.config import (
+    AuthenticationConfig,
+    AuthorizationConfig,
+    Config,
+    HostConfig,
+    KubeconfigConfig,
+    LimitsConfig,
+    ServingConfig,
+    StorageConfig,
+)
 
-__all__ = ["csv_list", "parse_args", "read_file", "serving_context"]
+__all__ = ["DESCRIPTION", "AuthenticationOptions", "AuthorizationOptions", "EtcdOptions", "HostOptions",
+           "KubeconfigOptions", "LimitsOptions", "LoggingOptions", "ServerOptions", "ServingOptions", "csv_list",
+           "from_args"]
+
+DESCRIPTION = ("The server's options: flags in kube-apiserver's vocabulary (the ones it shares keep its names and "
+               "defaults), and what is read straight from them (the serving TLS context, CSV lists, files).")
+
+G = TypeVar("G")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="vc-apiserver", description=__doc__)
-    p.add_argument("--bind-address", default="0.0.0.0", help="address to serve HTTPS on")
-    p.add_argument("--secure-port", type=int, default=6443, help="port to serve HTTPS on")
-    p.add_argument("--tls-cert-file", required=True, help="serving certificate (PEM)")
-    p.add_argument("--tls-private-key-file", required=True, help="serving key (PEM)")
-    p.add_argument("--client-ca-file", help="CA that signs client certificates (CN = user, O = groups); "
-                                            "replaces the host ConfigMap's client-ca-file when delegating")
-    p.add_argument("--token-auth-file", help="static bearer tokens: token,user,uid,\"group1,group2\"")
-    p.add_argument("--authentication-kubeconfig",
-                   help="host kubeconfig for TokenReview and the extension-apiserver-authentication ConfigMap")
-    p.add_argument("--authorization-kubeconfig", help="host kubeconfig for SubjectAccessReview")
-    p.add_argument("--host-kubeconfig",
-                   help="host kubeconfig for namespaces and the reconciler (default: --authentication-kubeconfig)")
-    p.add_argument("--requestheader-client-ca-file", help="overrides the host ConfigMap's front-proxy CA")
-    p.add_argument("--requestheader-allowed-names", help="comma-separated allowed front-proxy CNs")
-    p.add_argument("--requestheader-username-headers", help="comma-separated, e.g. X-Remote-User")
-    p.add_argument("--requestheader-group-headers", help="comma-separated, e.g. X-Remote-Group")
-    p.add_argument("--requestheader-extra-headers-prefix", help="comma-separated, e.g. X-Remote-Extra-")
-    p.add_argument("--authorization-mode", choices=["Standalone", "AlwaysAllow", "Delegated"],
-                   help="Delegated (default with a host): SubjectAccessReview; Standalone (default without): "
-                        "only system:masters; AlwaysAllow: every authenticated user")
-    p.add_argument("--enable-http2", default="true", choices=["true", "false"],
-                   help="offer HTTP/2 by ALPN beside HTTP/1.1 (the host's aggregator then multiplexes its "
-                        "requests on a few connections)")
-    p.add_argument("--http2-max-streams-per-connection", type=_streams, default=1000,
-                   help="streams a client may have open on one HTTP/2 connection; 0: Go's default, 250 "
-                        "(kube's flag, with an aggregated API server's default: its client is a proxy)")
-    p.add_argument("--idle-connection-timeout", type=_seconds, default=90.0,
-                   help="seconds a client connection may stay open with no request in flight before it is "
-                        "closed (HTTP/1.1 keep-alive; HTTP/2 with GOAWAY first); kube-apiserver's 90 s, which "
-                        "matches Go clients' keep-alive")
-    p.add_argument("--etcd-servers", required=True, help="comma-separated etcd URLs")
-    p.add_argument("--etcd-cafile")
-    p.add_argument("--etcd-certfile")
-    p.add_argument("--etcd-keyfile")
-    p.add_argument("--etcd-request-timeout", type=float, default=5.0, help="seconds before etcd counts as down")
-    p.add_argument("--etcd-compaction-interval", type=float, default=300.0,
-                   help="seconds between compactions (0 disables)")
-    p.add_argument("--watch-cache-history", type=int, default=10_000, help="events kept for resuming watches")
-    p.add_argument("--shutdown-delay-duration", type=float, default=0.0,
-                   help="seconds to keep serving after SIGTERM while /readyz already fails, so that load "
-                        "balancers and the host's aggregator stop sending requests first (kube's flag)")
-    p.add_argument("--enable-reconciler", default="true", choices=["true", "false"],
-                   help="run the embedded reconcile loop (with leader election)")
-    p.add_argument("--leader-elect-lease-duration", type=int, default=15, help="seconds")
-    p.add_argument("--control-plane-runtime", default="none", choices=["none", "process", "pods"],
-                   help="how tenant control planes run: process = local processes (playground, tests); "
-                        "pods = workloads in the host cluster (production)")
-    p.add_argument("--runtime-dir", default=".local/tenants", help="process runtime: tenant data directories")
-    p.add_argument("--snapshot-dir", default="",
-                   help="process runtime: where snapshots of tenant etcds (spec.backup) are kept; default: a "
-                        "directory snapshots beside --runtime-dir")
-    p.add_argument("--snapshot-volume-size", default="10Gi",
-                   help="pods runtime: the size of the PersistentVolumeClaim virtualcluster-snapshots that each "
-                        "namespace with VirtualClusters gets for their snapshots (spec.backup, restoreFrom)")
-    p.add_argument("--snapshot-storage-class", default="",
-                   help="pods runtime: that claim's StorageClass; default: the host's default class")
-    p.add_argument("--backup-image", default=IMAGE,
-                   help="pods runtime: the image of the pods that take and restore snapshots beside a tenant's "
-                        "etcd (vc-apiserver's own, which carries etcdutl)")
-    p.add_argument("--tenant-tuning", choices=("lean", "stock"), default="lean",
-                   help="how the tenant components run: lean (GOGC=50, the apiserver's watch cache and storage "
-                        "metric polls off, GOMAXPROCS 1 but for the apiserver's 2, and in the process runtime a "
-                        "timer slack of 50 ms, 20 for the apiserver: less memory and idle CPU per tenant, the same "
-                        "API) or stock (kube's and Go's defaults)")
-    p.add_argument("--tenant-gogc", type=int, default=None,
-                   help="GOGC of the tenant components, over the tuning's: how far a heap grows past what is live "
-                        "before Go collects (lower: less memory per tenant, more CPU under load; Go's default is 100)")
-    p.add_argument("--runtime-bin-dir", default=".local/bin",
-                   help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler are")
-    p.add_argument("--tenant-port-range", default="20000-29999",
-                   help="process runtime: ports for tenant components; keep it outside the kernel's ephemeral "
-                        "range (net.ipv4.ip_local_port_range), where any outgoing connection may take a port "
-                        "between its allocation and its component's start")
-    p.add_argument("--node-joiner", default="kwok", choices=["kwok", "agent"],
-                   help="how promoted nodes join a tenant: kwok = simulated nodes beside the process runtime "
-                        "(playground, tests); agent = each host node's kubelet, re-pointed by the node agent "
-                        "(apiservice/deploy/agent)")
-    p.add_argument("--node-agent-port", type=int, default=10350, help="agent joiner: the node agents' port")
-    p.add_argument("--node-agent-ca-file", help="agent joiner: CA of the node agents' serving certificates")
-    p.add_argument("--node-agent-client-cert-file",
-                   help="agent joiner: client certificate for the node agents (CN kosmos:node-agent-client)")
-    p.add_argument("--node-agent-client-key-file", help="agent joiner: its key")
-    p.add_argument("--concurrent-reconciles", type=int, default=4, help="VirtualClusters reconciled at once")
-    p.add_argument("--encryption-key-file",
-                   help="AES key (base64, 16/24/32 bytes) encrypting tenant private keys in etcd; required by a "
-                        "control-plane runtime")
-    p.add_argument("--max-requests-inflight", type=int, default=400,
-                   help="read-only requests served at once before answering 429 (0 = no limit)")
-    p.add_argument("--max-mutating-requests-inflight", type=int, default=200,
-                   help="mutating requests served at once before answering 429 (0 = no limit)")
-    p.add_argument("--max-kubeconfig-expiration", type=int, default=365 * 86400,
-                   help="longest lifetime, in seconds, of a kubeconfig handed out by the kubeconfig subresource")
-    p.add_argument("--identity", default="", help="this replica's name for leader election (default: host:pid)")
-    p.add_argument("-v", "--v", type=int, default=1, help="log verbosity (0-4)")
-    return p.parse_args(argv)
+def from_args(group: type[G], args: argparse.Namespace) -> G:
+    """A group's dataclass from the parsed flags: its fields are named as its flags' destinations."""
+    return group(**{f.name: getattr(args, f.name) for f in fields(group)})  # type: ignore[arg-type]
+
+
+def csv_list(value: str | None) -> tuple[str, ...] | None:
+    """A comma-separated flag: None when not given (the host's ConfigMap decides), its non-empty items else."""
+    return None if value is None else tuple(v.strip() for v in value.split(",") if v.strip())
 
 
 def _streams(value: str) -> int:
@@ -126,21 +61,295 @@ def _seconds(value: str) -> float:
     return seconds
 
 
-def csv_list(value: str | None) -> list[str] | None:
-    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+@dataclass(frozen=True)
+class ServingOptions:
+    """Where and how HTTPS is served, and how serving stops (kube's SecureServingOptions and its
+    shutdown delay)."""
+
+    TITLE: ClassVar[str] = "Secure serving flags"
+
+    bind_address: str
+    secure_port: int
+    tls_cert_file: str
+    tls_private_key_file: str
+    enable_http2: str
+    http2_max_streams_per_connection: int
+    idle_connection_timeout: float
+    shutdown_delay_duration: float
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--bind-address", default="0.0.0.0", help="address to serve HTTPS on")
+        p.add_argument("--secure-port", type=int, default=6443, help="port to serve HTTPS on")
+        p.add_argument("--tls-cert-file", required=True, help="serving certificate (PEM)")
+        p.add_argument("--tls-private-key-file", required=True, help="serving key (PEM)")
+        p.add_argument("--enable-http2", default="true", choices=["true", "false"],
+                       help="offer HTTP/2 by ALPN beside HTTP/1.1 (the host's aggregator then multiplexes its "
+                            "requests on a few connections)")
+        p.add_argument("--http2-max-streams-per-connection", type=_streams, default=1000,
+                       help="streams a client may have open on one HTTP/2 connection; 0: Go's default, 250 "
+                            "(kube's flag, with an aggregated API server's default: its client is a proxy)")
+        p.add_argument("--idle-connection-timeout", type=_seconds, default=90.0,
+                       help="seconds a client connection may stay open with no request in flight before it is "
+                            "closed (HTTP/1.1 keep-alive; HTTP/2 with GOAWAY first); kube-apiserver's 90 s, which "
+                            "matches Go clients' keep-alive")
+        p.add_argument("--shutdown-delay-duration", type=float, default=0.0,
+                       help="seconds to keep serving after SIGTERM while /readyz already fails, so that load "
+                            "balancers and the host's aggregator stop sending requests first (kube's flag)")
+
+    def validate(self) -> list[str]:
+        return []  # argparse has refused what a flag alone cannot be
+
+    def to_config(self) -> ServingConfig:
+        return ServingConfig(
+            bind_address=self.bind_address, secure_port=self.secure_port, cert_file=self.tls_cert_file,
+            key_file=self.tls_private_key_file, http2=self.enable_http2 == "true",
+            max_streams_per_connection=self.http2_max_streams_per_connection,
+            idle_timeout=self.idle_connection_timeout, shutdown_delay=self.shutdown_delay_duration)
 
 
-def read_file(path: str | None) -> bytes:
-    return Path(path).read_bytes() if path else b""
+@dataclass(frozen=True)
+class EtcdOptions:
+    """The etcd the objects live in, the watch cache over it, compaction, and the key encrypting what
+    must not be kept in the clear (kube's EtcdOptions, which hold its encryption config too)."""
+
+    TITLE: ClassVar[str] = "Etcd flags"
+
+    etcd_servers: str
+    etcd_cafile: str | None
+    etcd_certfile: str | None
+    etcd_keyfile: str | None
+    etcd_request_timeout: float
+    etcd_compaction_interval: float
+    watch_cache_history: int
+    encryption_key_file: str | None
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--etcd-servers", required=True, help="comma-separated etcd URLs")
+        p.add_argument("--etcd-cafile")
+        p.add_argument("--etcd-certfile")
+        p.add_argument("--etcd-keyfile")
+        p.add_argument("--etcd-request-timeout", type=float, default=5.0, help="seconds before etcd counts as down")
+        p.add_argument("--etcd-compaction-interval", type=float, default=300.0,
+                       help="seconds between compactions (0 disables)")
+        p.add_argument("--watch-cache-history", type=int, default=10_000, help="events kept for resuming watches")
+        p.add_argument("--encryption-key-file",
+                       help="AES key (base64, 16/24/32 bytes) encrypting tenant private keys in etcd; required by a "
+                            "control-plane runtime")
+
+    def validate(self) -> list[str]:
+        return []
+
+    def to_config(self) -> StorageConfig:
+        return StorageConfig(
+            servers=csv_list(self.etcd_servers) or (), cafile=self.etcd_cafile, certfile=self.etcd_certfile,
+            keyfile=self.etcd_keyfile, request_timeout=self.etcd_request_timeout,
+            compaction_interval=self.etcd_compaction_interval, watch_cache_history=self.watch_cache_history,
+            encryption_key_file=self.encryption_key_file or None)
 
 
-def serving_context(args: argparse.Namespace) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(args.tls_cert_file, args.tls_private_key_file)
-    # HTTP/2 first: the host's aggregator then carries every proxied request on a few connections
-    ctx.set_alpn_protocols([ALPN, HTTP11] if args.enable_http2 == "true" else [HTTP11])
-    ctx.verify_mode = ssl.CERT_OPTIONAL
-    if args.client_ca_file:
-        ctx.load_verify_locations(args.client_ca_file)
-    return ctx
+@dataclass(frozen=True)
+class AuthenticationOptions:
+    """Who a request is: client certificates, static tokens, the front proxy's headers and the host's
+    TokenReview (kube's DelegatingAuthenticationOptions with its client-CA and token-file flags)."""
+
+    TITLE: ClassVar[str] = "Authentication flags"
+
+    client_ca_file: str | None
+    token_auth_file: str | None
+    authentication_kubeconfig: str | None
+    requestheader_client_ca_file: str | None
+    requestheader_allowed_names: str | None
+    requestheader_username_headers: str | None
+    requestheader_group_headers: str | None
+    requestheader_extra_headers_prefix: str | None
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--client-ca-file", help="CA that signs client certificates (CN = user, O = groups); "
+                                                "replaces the host ConfigMap's client-ca-file when delegating")
+        p.add_argument("--token-auth-file", help="static bearer tokens: token,user,uid,\"group1,group2\"")
+        p.add_argument("--authentication-kubeconfig",
+                       help="host kubeconfig for TokenReview and the extension-apiserver-authentication ConfigMap")
+        p.add_argument("--requestheader-client-ca-file", help="overrides the host ConfigMap's front-proxy CA")
+        p.add_argument("--requestheader-allowed-names", help="comma-separated allowed front-proxy CNs")
+        p.add_argument("--requestheader-username-headers", help="comma-separated, e.g. X-Remote-User")
+        p.add_argument("--requestheader-group-headers", help="comma-separated, e.g. X-Remote-Group")
+        p.add_argument("--requestheader-extra-headers-prefix", help="comma-separated, e.g. X-Remote-Extra-")
+
+    def validate(self) -> list[str]:
+        return []
+
+    def to_config(self) -> AuthenticationConfig:
+        return AuthenticationConfig(
+            client_ca_file=self.client_ca_file or None, token_auth_file=self.token_auth_file or None,
+            kubeconfig=self.authentication_kubeconfig or None,
+            requestheader_client_ca_file=self.requestheader_client_ca_file or None,
+            requestheader_allowed_names=csv_list(self.requestheader_allowed_names),
+            requestheader_username_headers=csv_list(self.requestheader_username_headers),
+            requestheader_group_headers=csv_list(self.requestheader_group_headers),
+            requestheader_extra_headers_prefix=csv_list(self.requestheader_extra_headers_prefix))
+
+
+@dataclass(frozen=True)
+class AuthorizationOptions:
+    """Whether a request may: SubjectAccessReview against the host, or the standalone rules
+    (kube's DelegatingAuthorizationOptions)."""
+
+    TITLE: ClassVar[str] = "Authorization flags"
+
+    authorization_kubeconfig: str | None
+    authorization_mode: str | None
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--authorization-kubeconfig", help="host kubeconfig for SubjectAccessReview")
+        p.add_argument("--authorization-mode", choices=["Standalone", "AlwaysAllow", "Delegated"],
+                       help="Delegated (default with a host): SubjectAccessReview; Standalone (default without): "
+                            "only system:masters; AlwaysAllow: every authenticated user")
+
+    def validate(self) -> list[str]:
+        return []  # Delegated without a host is only known once the config is complete (in-cluster or not)
+
+    def to_config(self) -> AuthorizationConfig:
+        return AuthorizationConfig(mode=self.authorization_mode, kubeconfig=self.authorization_kubeconfig or None)
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """The host cluster the server works in beside authentication: namespaces (admission), Events, and
+    what the reconciler makes there."""
+
+    TITLE: ClassVar[str] = "Host cluster flags"
+
+    host_kubeconfig: str | None
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--host-kubeconfig",
+                       help="host kubeconfig for namespaces and the reconciler (default: --authentication-kubeconfig)")
+
+    def validate(self) -> list[str]:
+        return []
+
+    def to_config(self) -> HostConfig:
+        return HostConfig(kubeconfig=self.host_kubeconfig or None)
+
+
+@dataclass(frozen=True)
+class LimitsOptions:
+    """How much is served at once (kube's max-in-flight limits)."""
+
+    TITLE: ClassVar[str] = "Limits flags"
+
+    max_requests_inflight: int
+    max_mutating_requests_inflight: int
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--max-requests-inflight", type=int, default=400,
+                       help="read-only requests served at once before answering 429 (0 = no limit)")
+        p.add_argument("--max-mutating-requests-inflight", type=int, default=200,
+                       help="mutating requests served at once before answering 429 (0 = no limit)")
+
+    def validate(self) -> list[str]:
+        return []
+
+    def to_config(self) -> LimitsConfig:
+        return LimitsConfig(max_requests_inflight=self.max_requests_inflight,
+                            max_mutating_requests_inflight=self.max_mutating_requests_inflight)
+
+
+@dataclass(frozen=True)
+class KubeconfigOptions:
+    """The ``kubeconfig`` subresource: how long the credentials it hands out may live."""
+
+    TITLE: ClassVar[str] = "Kubeconfig subresource flags"
+
+    max_kubeconfig_expiration: int
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--max-kubeconfig-expiration", type=int, default=365 * 86400,
+                       help="longest lifetime, in seconds, of a kubeconfig handed out by the kubeconfig subresource")
+
+    def validate(self) -> list[str]:
+        return []
+
+    def to_config(self, wake_estimate: int) -> KubeconfigConfig:
+        return KubeconfigConfig(max_expiration=self.max_kubeconfig_expiration, wake_estimate=wake_estimate)
+
+
+@dataclass(frozen=True)
+class LoggingOptions:
+    """The process's log verbosity (kube's ``-v``). It configures the process, not the server: the
+    composition root applies it before anything logs."""
+
+    TITLE: ClassVar[str] = "Logs flags"
+
+    v: int
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("-v", "--v", type=int, default=1, help="log verbosity (0-4)")
+
+    def validate(self) -> list[str]:
+        return []
+
+    @property
+    def level(self) -> int:
+        return {0: logging.WARNING, 1: logging.INFO}.get(self.v, logging.DEBUG)
+
+    def apply(self) -> None:
+        logging.basicConfig(level=self.level, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """The server's option groups, in the order ``--help`` lists them."""
+
+    GROUPS: ClassVar[dict[str, Any]] = {
+        "serving": ServingOptions, "etcd": EtcdOptions, "authentication": AuthenticationOptions,
+        "authorization": AuthorizationOptions, "host": HostOptions, "limits": LimitsOptions,
+        "kubeconfig": KubeconfigOptions,
+    }
+
+    serving: ServingOptions
+    etcd: EtcdOptions
+    authentication: AuthenticationOptions
+    authorization: AuthorizationOptions
+    host: HostOptions
+    limits: LimitsOptions
+    kubeconfig: KubeconfigOptions
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        for group in cls.GROUPS.values():
+            group.add_flags(parser)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServerOptions:
+        return cls(**{name: from_args(group, args) for name, group in cls.GROUPS.items()})
+
+    def validate(self) -> list[str]:
+        """Every group's errors, in ``--help``'s order (each a line of the one message the process exits with)."""
+        return [e for name in self.GROUPS for e in getattr(self, name).validate()]
+
+    def config(self, *, wake_estimate: int) -> Config:
+        """The frozen config the flags say. ``wake_estimate`` is what the composition root knows of the
+        control-plane runtime: the seconds a hibernated control plane takes to wake, which the
+        ``kubeconfig`` subresource tells whoever wakes one."""
+        return Config(serving=self.serving.to_config(), etcd=self.etcd.to_config(),
+                      authentication=self.authentication.to_config(), authorization=self.authorization.to_config(),
+                      host=self.host.to_config(), limits=self.limits.to_config(),
+                      kubeconfig=self.kubeconfig.to_config(wake_estimate))

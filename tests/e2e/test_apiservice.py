@@ -18,9 +18,9 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from apiserver.__main__ import parse_args as server_args
 from apiserver.kubeclient.client import ClusterAccess, HostError, KubeClient
 from apiserver.server.app import SHUTDOWN_TIMEOUT
-from apiserver.server.options import parse_args as server_args
 from apiservice import tls
 from apiservice.manifests import AGENT_SECRETS, APISERVICE, DEPLOY, ENCRYPTION_SECRET, SECRETS
 from hack.harness import REPO, ApiServer, Etcd, HostCluster, Pki, free_port, wait_until

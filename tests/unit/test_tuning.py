@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.server.options import parse_args
+from apiserver.__main__ import parse_args
 from reconciler.runtime.tuning import LEAN, PROFILES, STOCK
 
 

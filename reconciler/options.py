@@ -1,0 +1,332 @@
+"""The embedded reconcile loop's own flags, grouped as the server's are (``apiserver/server/options.py``):
+each group a small dataclass with ``add_flags``, ``validate`` and ``to_config``. :class:`ReconcilerOptions`
+assembles them into a frozen :class:`ReconcilerConfig`, which builds the control-plane runtime and the
+node joiner it asks for once the server has made what they need (the host client, the secret store).
+
+``apiserver/__main__.py`` adds these flags beside the server's and wires the loop in; what depends on
+both (a runtime needs the server's encryption key) is checked there."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from apiserver import IMAGE
+
+if TYPE_CHECKING:
+    from apiserver.kubeclient.client import KubeClient
+    from apiserver.storage.secrets import SecretStore
+    from reconciler.nodes.promoter import NodeJoiner
+    from reconciler.runtime.base import ControlPlaneRuntime
+
+__all__ = ["JoinerConfig", "LoopOptions", "NodeJoinerOptions", "ReconcilerConfig", "ReconcilerOptions",
+           "RuntimeConfig", "RuntimeOptions", "SnapshotConfig", "SnapshotOptions", "ephemeral_port_range"]
+
+log = logging.getLogger("vc-apiserver")
+
+G = TypeVar("G")
+
+
+def _from_args(group: type[G], args: argparse.Namespace) -> G:
+    return group(**{f.name: getattr(args, f.name) for f in fields(group)})  # type: ignore[arg-type]
+
+
+# -- the groups -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LoopOptions:
+    """Whether the loop runs in this replica, and how: leader election, and workers."""
+
+    TITLE: ClassVar[str] = "Reconciler flags"
+
+    enable_reconciler: str
+    leader_elect_lease_duration: int
+    identity: str
+    concurrent_reconciles: int
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--enable-reconciler", default="true", choices=["true", "false"],
+                       help="run the embedded reconcile loop (with leader election)")
+        p.add_argument("--leader-elect-lease-duration", type=int, default=15, help="seconds")
+        p.add_argument("--identity", default="", help="this replica's name for leader election (default: host:pid)")
+        p.add_argument("--concurrent-reconciles", type=int, default=4, help="VirtualClusters reconciled at once")
+
+    @property
+    def enabled(self) -> bool:
+        return self.enable_reconciler == "true"
+
+    def validate(self) -> list[str]:
+        return []
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    kind: str  # none, process or pods
+    runtime_dir: str
+    bin_dir: str
+    port_range: str  # read when the process runtime is made, as its flag says: "low-high"
+    tuning: str
+    gogc: int | None
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """How tenant control planes run, and how their components are tuned."""
+
+    TITLE: ClassVar[str] = "Control-plane runtime flags"
+
+    control_plane_runtime: str
+    runtime_dir: str
+    tenant_tuning: str
+    tenant_gogc: int | None
+    runtime_bin_dir: str
+    tenant_port_range: str
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--control-plane-runtime", default="none", choices=["none", "process", "pods"],
+                       help="how tenant control planes run: process = local processes (playground, tests); "
+                            "pods = workloads in the host cluster (production)")
+        p.add_argument("--runtime-dir", default=".local/tenants", help="process runtime: tenant data directories")
+        p.add_argument("--tenant-tuning", choices=("lean", "stock"), default="lean",
+                       help="how the tenant components run: lean (GOGC=50, the apiserver's watch cache and storage "
+                            "metric polls off, GOMAXPROCS 1 but for the apiserver's 2, and in the process runtime a "
+                            "timer slack of 50 ms, 20 for the apiserver: less memory and idle CPU per tenant, the "
+                            "same API) or stock (kube's and Go's defaults)")
+        p.add_argument("--tenant-gogc", type=int, default=None,
+                       help="GOGC of the tenant components, over the tuning's: how far a heap grows past what is "
+                            "live before Go collects (lower: less memory per tenant, more CPU under load; Go's "
+                            "default is 100)")
+        p.add_argument("--runtime-bin-dir", default=".local/bin",
+                       help="process runtime: where etcd, kube-apiserver, kube-controller-manager, kube-scheduler "
+                            "are")
+        p.add_argument("--tenant-port-range", default="20000-29999",
+                       help="process runtime: ports for tenant components; keep it outside the kernel's ephemeral "
+                            "range (net.ipv4.ip_local_port_range), where any outgoing connection may take a port "
+                            "between its allocation and its component's start")
+
+    def validate(self) -> list[str]:
+        return []
+
+    def to_config(self) -> RuntimeConfig:
+        return RuntimeConfig(kind=self.control_plane_runtime, runtime_dir=self.runtime_dir,
+                             bin_dir=self.runtime_bin_dir, port_range=self.tenant_port_range,
+                             tuning=self.tenant_tuning, gogc=self.tenant_gogc)
+
+    def wake_estimate(self) -> int:
+        """Seconds a hibernated control plane of this runtime usually takes to be ready again (what the
+        kubeconfig subresource tells whoever wakes one); any replica answers it, reconciling or not."""
+        if self.control_plane_runtime == "pods":
+            from reconciler.runtime.pods import PodsRuntime
+
+            return PodsRuntime.WAKE_ESTIMATE
+        from reconciler.runtime.process import ProcessRuntime
+
+        return ProcessRuntime.WAKE_ESTIMATE
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    directory: str | None  # process runtime; None: beside the runtime's directory
+    volume_size: str
+    storage_class: str | None  # pods runtime; None: the host's default class
+    backup_image: str
+
+
+@dataclass(frozen=True)
+class SnapshotOptions:
+    """Where snapshots of tenant etcds (``spec.backup``, ``restoreFrom``) are kept, and what takes them."""
+
+    TITLE: ClassVar[str] = "Snapshot flags"
+
+    snapshot_dir: str
+    snapshot_volume_size: str
+    snapshot_storage_class: str
+    backup_image: str
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--snapshot-dir", default="",
+                       help="process runtime: where snapshots of tenant etcds (spec.backup) are kept; default: a "
+                            "directory snapshots beside --runtime-dir")
+        p.add_argument("--snapshot-volume-size", default="10Gi",
+                       help="pods runtime: the size of the PersistentVolumeClaim virtualcluster-snapshots that each "
+                            "namespace with VirtualClusters gets for their snapshots (spec.backup, restoreFrom)")
+        p.add_argument("--snapshot-storage-class", default="",
+                       help="pods runtime: that claim's StorageClass; default: the host's default class")
+        p.add_argument("--backup-image", default=IMAGE,
+                       help="pods runtime: the image of the pods that take and restore snapshots beside a tenant's "
+                            "etcd (vc-apiserver's own, which carries etcdutl)")
+
+    def validate(self) -> list[str]:
+        return []
+
+    def to_config(self) -> SnapshotConfig:
+        return SnapshotConfig(directory=self.snapshot_dir or None, volume_size=self.snapshot_volume_size,
+                              storage_class=self.snapshot_storage_class or None, backup_image=self.backup_image)
+
+
+AGENT_FILES_MISSING = ("--node-joiner=agent needs --node-agent-ca-file, --node-agent-client-cert-file and "
+                       "--node-agent-client-key-file")
+AGENT_WITHOUT_HOST = "--node-joiner=agent needs a host cluster and a control-plane runtime"
+
+
+@dataclass(frozen=True)
+class JoinerConfig:
+    kind: str  # kwok or agent
+    agent_port: int
+    agent_ca_file: str | None
+    agent_client_cert_file: str | None
+    agent_client_key_file: str | None
+
+
+@dataclass(frozen=True)
+class NodeJoinerOptions:
+    """How promoted nodes join a tenant, and how the agent joiner reaches the node agents."""
+
+    TITLE: ClassVar[str] = "Node joiner flags"
+
+    node_joiner: str
+    node_agent_port: int
+    node_agent_ca_file: str | None
+    node_agent_client_cert_file: str | None
+    node_agent_client_key_file: str | None
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--node-joiner", default="kwok", choices=["kwok", "agent"],
+                       help="how promoted nodes join a tenant: kwok = simulated nodes beside the process runtime "
+                            "(playground, tests); agent = each host node's kubelet, re-pointed by the node agent "
+                            "(apiservice/deploy/agent)")
+        p.add_argument("--node-agent-port", type=int, default=10350, help="agent joiner: the node agents' port")
+        p.add_argument("--node-agent-ca-file", help="agent joiner: CA of the node agents' serving certificates")
+        p.add_argument("--node-agent-client-cert-file",
+                       help="agent joiner: client certificate for the node agents (CN kosmos:node-agent-client)")
+        p.add_argument("--node-agent-client-key-file", help="agent joiner: its key")
+
+    def validate(self) -> list[str]:
+        files = (self.node_agent_ca_file, self.node_agent_client_cert_file, self.node_agent_client_key_file)
+        return [AGENT_FILES_MISSING] if self.node_joiner == "agent" and not all(files) else []
+
+    def to_config(self) -> JoinerConfig:
+        return JoinerConfig(kind=self.node_joiner, agent_port=self.node_agent_port,
+                            agent_ca_file=self.node_agent_ca_file or None,
+                            agent_client_cert_file=self.node_agent_client_cert_file or None,
+                            agent_client_key_file=self.node_agent_client_key_file or None)
+
+
+# -- the whole ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReconcilerConfig:
+    """What the loop runs with, from its flags; :meth:`new_runtime` and :meth:`new_joiner` build the parts
+    that need what only the built server has."""
+
+    lease_duration: int
+    identity: str  # "": host:pid
+    workers: int
+    runtime: RuntimeConfig
+    snapshots: SnapshotConfig
+    joiner: JoinerConfig
+
+    def new_runtime(self, host: KubeClient | None = None) -> ControlPlaneRuntime | None:
+        """The control-plane runtime the flags ask for; None for ``--control-plane-runtime=none``."""
+        from reconciler.runtime.process import ProcessRuntime
+        from reconciler.runtime.tuning import PROFILES
+
+        runtime, snapshots = self.runtime, self.snapshots
+        if runtime.kind == "none":
+            return None
+        tuning = PROFILES[runtime.tuning].with_gogc(runtime.gogc)
+        if runtime.kind == "pods":
+            from reconciler.runtime.pods import PodsRuntime
+
+            if host is None:
+                raise SystemExit("--control-plane-runtime=pods needs a host cluster: --host-kubeconfig, "
+                                 "--authentication-kubeconfig or in-cluster config")
+            return PodsRuntime(host, backup_image=snapshots.backup_image, snapshot_volume_size=snapshots.volume_size,
+                               snapshot_storage_class=snapshots.storage_class, tuning=tuning)
+        low, _, high = runtime.port_range.partition("-")
+        ports = (int(low), int(high))
+        ephemeral = ephemeral_port_range()
+        if ephemeral and ports[0] <= ephemeral[1] and ephemeral[0] <= ports[1]:
+            log.warning("--tenant-port-range %s overlaps the kernel's ephemeral ports %d-%d: an outgoing connection "
+                        "can take a tenant component's port before it starts", runtime.port_range, *ephemeral)
+        directory = Path(snapshots.directory).resolve() if snapshots.directory else None
+        return ProcessRuntime(Path(runtime.runtime_dir).resolve(), Path(runtime.bin_dir).resolve(), ports, directory,
+                              tuning=tuning)
+
+    def new_joiner(self, host: KubeClient | None, secrets: SecretStore | None) -> NodeJoiner | None:
+        """The agent joiner when asked for; None leaves the default (kwok beside the process runtime)."""
+        joiner = self.joiner
+        if joiner.kind != "agent":
+            return None
+        from reconciler.nodes.agentjoiner import AgentAccess, AgentJoiner
+
+        if joiner.agent_ca_file is None or joiner.agent_client_cert_file is None or joiner.agent_client_key_file is None:
+            raise SystemExit(AGENT_FILES_MISSING)
+        if host is None or secrets is None:
+            raise SystemExit(AGENT_WITHOUT_HOST)
+        return AgentJoiner(host, secrets, AgentAccess.from_files(
+            joiner.agent_ca_file, joiner.agent_client_cert_file, joiner.agent_client_key_file, port=joiner.agent_port))
+
+
+@dataclass(frozen=True)
+class ReconcilerOptions:
+    """The loop's option groups, in the order ``--help`` lists them."""
+
+    GROUPS: ClassVar[dict[str, Any]] = {
+        "loop": LoopOptions, "runtime": RuntimeOptions, "snapshots": SnapshotOptions, "joiner": NodeJoinerOptions,
+    }
+
+    loop: LoopOptions
+    runtime: RuntimeOptions
+    snapshots: SnapshotOptions
+    joiner: NodeJoinerOptions
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        for group in cls.GROUPS.values():
+            group.add_flags(parser)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ReconcilerOptions:
+        return cls(**{name: _from_args(group, args) for name, group in cls.GROUPS.items()})
+
+    @property
+    def enabled(self) -> bool:
+        return self.loop.enabled
+
+    def validate(self) -> list[str]:
+        """The groups' errors; none when the loop does not run here (its flags are then not read)."""
+        if not self.enabled:
+            return []
+        return [e for name in self.GROUPS for e in getattr(self, name).validate()]
+
+    def wake_estimate(self) -> int:
+        return self.runtime.wake_estimate()
+
+    def config(self) -> ReconcilerConfig | None:
+        """The loop's config; None when ``--enable-reconciler=false``."""
+        if not self.enabled:
+            return None
+        return ReconcilerConfig(lease_duration=self.loop.leader_elect_lease_duration, identity=self.loop.identity,
+                                workers=self.loop.concurrent_reconciles, runtime=self.runtime.to_config(),
+                                snapshots=self.snapshots.to_config(), joiner=self.joiner.to_config())
+
+
+def ephemeral_port_range() -> tuple[int, int] | None:
+    """The ports the kernel hands to outgoing connections (Linux), if it says."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
