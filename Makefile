@@ -9,12 +9,13 @@ STAMP := $(VENV)/.installed
 NODES ?= 4
 REAL_NODES ?= 0
 
-.PHONY: up down test unit bins node-packages images env lint clean help
+.PHONY: up down test test-fast unit bins node-packages images env lint clean help
 
 help:
 	@echo "make up      start etcd + vc-apiserver on loopback, write .local/kubeconfig"
 	@echo "make down    stop what make up started"
 	@echo "make test    build everything needed and run the whole test suite"
+	@echo "make test-fast  unit + integration (real etcd), the inner loop"
 	@echo "make bins    build etcd, etcdctl, etcdutl, kube-apiserver, kube-controller-manager, kube-scheduler,"
 	@echo "             kubectl, kwok, kubelet, kube-proxy, coredns"
 	@echo "make images  build the container images (hack/images), print their sizes and build times"
@@ -48,8 +49,15 @@ down: env
 lint: env
 	$(VENV)/bin/ruff check apiserver reconciler apiservice certs hack bench tests
 
+# Two workers (tests/conftest.py keeps a file, or a lab shared by files, on one worker); every run
+# writes each test's time to .local/test-durations.txt.
+TEST_WORKERS ?= 2
 test: env bins node-packages lint
-	$(PY) -m pytest -p no:cacheprovider -q --durations=15 tests
+	$(PY) -m pytest -p no:cacheprovider -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests
+
+# The inner loop: the pure-logic specs and the etcd-backed integration tests, in a minute or two.
+test-fast: env bins
+	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests/unit tests/integration
 
 unit: env
 	$(PY) -m pytest -q tests/unit

@@ -27,6 +27,35 @@ HISTORY = 200  # watch-cache history of the test server: small enough to expire 
 _counter = itertools.count()
 
 
+# A parallel run (``make test``: ``pytest -n 2 --dist loadgroup``) keeps each file on one worker, so a
+# module's fixtures start once, and sends files that share a lab of which a machine holds only one to
+# the same worker: the real-node lab (one bridge, fixed addresses; its images built once) and the
+# differential lab. The longest groups are handed out first, so none of them is left to run alone at
+# the end; the order is measured (.local/test-durations.txt), not promised.
+SHARED_LABS = {
+    "real-nodes": ("test_real_lifecycle.py", "test_in_cluster.py", "test_real_nodes.py", "test_images.py"),
+    "differential": ("test_differential.py", "test_managedfields_differential.py"),
+}
+LONGEST_FIRST = ("real-nodes", "test_shared_slices.py", "test_hibernation.py", "test_control_plane.py",
+                 "test_chaos.py", "test_promotion.py", "test_overload.py", "test_backup.py",
+                 "test_apiservice.py", "test_faults_etcd.py", "test_pods_runtime.py", "test_docs.py")
+
+
+def group_of(item: pytest.Item) -> str:
+    path = item.path
+    if path.parent.name == "unit":
+        return "unit"  # a thousand quick specs: one unit of work, not a thousand
+    return next((lab for lab, files in SHARED_LABS.items() if path.name in files), path.name)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+    items.sort(key=lambda item: rank.get(group_of(item), len(rank)))  # stable: files keep their order
+
+
 def pytest_configure(config: pytest.Config) -> None:
     report.bind(config)  # what tests say reaches the terminal even while pytest captures output
     if not hasattr(config, "workerinput"):  # the controller of a parallel run sees every report

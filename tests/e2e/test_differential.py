@@ -106,6 +106,12 @@ INTENDED: dict[str, Intended] = {
         steps=("create with a resourceVersion", "get a at a malformed resourceVersion",
                "watch at a malformed resourceVersion", "replace a at a malformed resourceVersion"),
         keys=("code", "status.code", "reason")),
+    "watch-history-since-our-etcd-began": Intended(
+        "Both keep kube's watch-cache rule: a watch from before the revision the cache listed at is 410 "
+        "Expired, and one inside the window is served from the cache's history. kube-apiserver's etcd "
+        "has taken hundreds of writes before its CRD's cache lists; our dedicated etcd begins with us, "
+        "so resourceVersion=1 is inside our window until the history's capacity or a restart moves it.",
+        steps=("watch from resourceVersion=1",), keys=("events",)),
     "object-too-large-for-etcd": Intended(
         "An object beyond etcd's request limit is 413 RequestEntityTooLarge here, naming the limit; "
         "kube-apiserver passes on its etcd client's 500 (gRPC ResourceExhausted).",
@@ -319,6 +325,7 @@ SCRIPT: list[Step] = [
          query="watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&labelSelector=app%3Dy&timeoutSeconds=1"),
     Step("watch with timeoutSeconds=abc", "GET", query="watch=1&timeoutSeconds=abc", code=400),
     Step("watch at a malformed resourceVersion", "GET", query="watch=1&resourceVersion=abc", code=500),
+    Step("watch from resourceVersion=1", "GET", query="watch=1&resourceVersion=1&timeoutSeconds=1&fieldSelector=metadata.name%3Da"),
     Step("watch at a future resourceVersion", "GET", query="watch=1&resourceVersion=9223372036854775807&timeoutSeconds=1"),
     Step("watch a bad label selector", "GET", query="watch=1&labelSelector=app+in+(x", code=400),
     Step("watch through an object's path", "GET", "/a", query="watch=1&timeoutSeconds=1"),
