@@ -10,6 +10,7 @@ import socket
 
 from aiohttp import web
 
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.etcd.client import EtcdClient
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
@@ -98,7 +99,7 @@ class Manager:
 
     async def _uid_of(self, namespace: str, name: str) -> str | None:
         try:
-            return str((await self.registry.get(namespace, name))["metadata"].get("uid", ""))
+            return VirtualCluster(await self.registry.get(namespace, name)).meta.uid
         except errors.ApiError as e:
             if e.code == 404:
                 return None

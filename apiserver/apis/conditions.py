@@ -13,7 +13,7 @@ from typing import Any
 
 from apiserver.machinery.timefmt import now_rfc3339, time_of
 
-__all__ = ["find_condition", "set_condition", "true_since"]
+__all__ = ["find_condition", "is_true", "set_condition", "true_since"]
 
 Condition = dict[str, Any]
 
@@ -29,12 +29,19 @@ def find_condition(conditions: Any, type_: str) -> Condition | None:
     return None
 
 
-def true_since(obj: dict[str, Any], type_: str) -> dt.datetime | None:
-    """When the object's condition of ``type_`` last turned True, if it is True and says when."""
-    cond = find_condition((obj.get("status") or {}).get("conditions"), type_)
-    if cond is None or cond.get("status") != "True":
-        return None
-    return time_of(cond.get("lastTransitionTime"))
+def _true(cond: Condition | None) -> bool:
+    return cond is not None and cond.get("status") == "True"
+
+
+def is_true(conditions: Any, type_: str) -> bool:
+    """Whether the condition of ``type_`` is there and True (apimachinery's ``IsStatusConditionTrue``)."""
+    return _true(find_condition(conditions, type_))
+
+
+def true_since(conditions: Any, type_: str) -> dt.datetime | None:
+    """When the condition of ``type_`` last turned True, if it is True and says when."""
+    cond = find_condition(conditions, type_)
+    return time_of(cond.get("lastTransitionTime")) if cond is not None and _true(cond) else None
 
 
 def set_condition(conditions: list[Condition], type_: str, status: str, reason: str, message: str,

@@ -23,12 +23,11 @@ from typing import Any
 
 from apiserver.apis.conditions import find_condition
 from apiserver.machinery.golang import parse_duration
+from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import time_of
 
 __all__ = ["CONDITION", "HIBERNATION_PHASES", "INACTIVE", "SPEC", "WAKE_ANNOTATION", "HibernationSpec", "asleep",
-           "spec_of", "wake_pending", "wake_requested_at"]
-
-Obj = dict[str, Any]
+           "read_spec", "wake_pending", "wake_requested_at"]
 
 CONDITION = "Hibernated"
 SPEC = "Hibernated"  # the condition's reason when spec.hibernation.hibernated put the cluster to sleep
@@ -48,8 +47,9 @@ class HibernationSpec:
     wake_on_access: bool = True
 
 
-def spec_of(obj: Obj) -> HibernationSpec:
-    spec = (obj.get("spec") or {}).get("hibernation")
+def read_spec(spec: Any) -> HibernationSpec:
+    """``spec.hibernation`` (the value given: absent, null or not an object reads as never hibernate), read
+    with its defaults; a VirtualCluster's is ``VirtualCluster(obj).spec.hibernation``."""
     if not isinstance(spec, dict):
         return HibernationSpec()
     text = spec.get("afterInactivity") or ""

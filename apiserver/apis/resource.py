@@ -42,3 +42,8 @@ VIRTUALCLUSTERS = ResourceInfo(
 )
 
 FINALIZER = "kosmos.io/virtualcluster"
+
+# The types of a VirtualCluster's status conditions (the fourth, Hibernated, is apis.hibernation.CONDITION).
+CONTROL_PLANE_READY = "ControlPlaneReady"
+NODES_READY = "NodesReady"
+READY = "Ready"

@@ -20,7 +20,8 @@ from typing import Any
 from aiohttp import web
 
 from apiserver.apis import hibernation
-from apiserver.apis.conditions import find_condition
+from apiserver.apis.resource import CONTROL_PLANE_READY
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.auth.authn import UserInfo
 from apiserver.endpoints import negotiation as wire
 from apiserver.kubeclient.events import EventRecorder
@@ -36,10 +37,8 @@ MIN_EXPIRATION = 600
 FIELD_MANAGER = "vc-apiserver"  # the manager of the wake request it writes (the server's own name)
 
 
-def _ready(obj: dict[str, Any]) -> bool:
-    status = obj.get("status") or {}
-    cond = find_condition(status.get("conditions"), "ControlPlaneReady")
-    return bool(cond and cond.get("status") == "True" and status.get("controlPlaneEndpoint"))
+def _ready(vc: VirtualCluster) -> bool:
+    return vc.status.is_true(CONTROL_PLANE_READY) and bool(vc.status.endpoint)
 
 
 def expiration(query: Any, maximum: int) -> int:
@@ -78,31 +77,32 @@ class KubeconfigIssuer:
     async def _hibernated(self, obj: dict[str, Any]) -> errors.ApiError | None:
         """The answer for a hibernated or waking cluster (None for any other); a fetch wakes a cluster
         hibernated for inactivity when its spec allows it."""
-        name = obj["metadata"]["name"]
+        vc = VirtualCluster(obj)
+        name = vc.meta.name
         why = hibernation.asleep(obj)
         if why == hibernation.SPEC:
             return self._conflict(name, "is hibernated: spec.hibernation.hibernated is true; set it to false to "
                                         "wake it")
         if why == hibernation.INACTIVE:
-            if not hibernation.spec_of(obj).wake_on_access:
+            if not vc.spec.hibernation.wake_on_access:
                 return self._conflict(name, f"is hibernated after inactivity and spec.hibernation.wakeOnAccess is "
                                             f"false: to wake it, set the annotation {hibernation.WAKE_ANNOTATION} to "
                                             f"the current time (RFC 3339)")
             if not hibernation.wake_pending(obj):
                 await self._request_wake(obj)
             return self._waking(name)
-        if (obj.get("status") or {}).get("phase") == "Waking":
+        if vc.status.phase == "Waking":
             return self._waking(name)
         return None
 
     async def _request_wake(self, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
+        meta = VirtualCluster(obj).meta
 
         async def annotated(current: dict[str, Any]) -> dict[str, Any]:
             notes = current["metadata"].setdefault("annotations", {})
             notes[hibernation.WAKE_ANNOTATION] = now_rfc3339()
             return current
-        await self.rest.registry.update_with(meta["namespace"], meta["name"], annotated,
+        await self.rest.registry.update_with(meta.namespace, meta.name, annotated,
                                              WriteOptions(field_manager=FIELD_MANAGER))
         await self.events.record(obj, "Normal", "WakeRequested", "kubeconfig fetched: waking the virtual cluster")
 
@@ -111,15 +111,16 @@ class KubeconfigIssuer:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         seconds = expiration(request.rel_url.query, self.max_expiration)
         obj = await self.rest.registry.get(namespace, name)
-        phase = (obj.get("status") or {}).get("phase", "")
-        if obj["metadata"].get("deletionTimestamp"):
+        vc = VirtualCluster(obj)
+        phase = vc.status.phase
+        if vc.meta.deletion_timestamp:
             raise self._not_ready(name, "Deleting")
         if not self.rest.keeps_credentials:
             raise self._not_ready(name, phase, "no control-plane runtime is configured")
         asleep = await self._hibernated(obj)
         if asleep is not None:
             raise asleep
-        if not _ready(obj):
+        if not _ready(vc):
             raise self._not_ready(name, phase)
         tenant = await self.rest.tenant_pki(obj)
         if tenant is None:
@@ -128,7 +129,7 @@ class KubeconfigIssuer:
         not_after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
         credential = await asyncio.to_thread(tenant.mint_client, user.name, (TENANT_ADMINS,), not_after)
         cluster = f"{namespace}-{name}"
-        config = pki.kubeconfig(obj["status"]["controlPlaneEndpoint"], tenant.files["ca.crt"], user.name,
+        config = pki.kubeconfig(vc.status.endpoint, tenant.files["ca.crt"], user.name,
                                 credential.cert_pem, credential.key_pem, cluster=cluster,
                                 context=f"{cluster}")
         await self.events.record(obj, "Normal", "KubeconfigIssued",

@@ -31,7 +31,7 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 import yaml
@@ -39,6 +39,7 @@ import yaml
 from apiserver.kubeclient.errors import CredentialError
 from apiserver.machinery import incluster
 from apiserver.machinery.incluster import running_in_cluster
+from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import parse_rfc3339
 
 __all__ = [
@@ -54,8 +55,6 @@ EXEC_CLUSTER_EXTENSION = "client.authentication.k8s.io/exec"  # a cluster's per-
 EXEC_INTERACTIVE_MODES = ("Never", "IfAvailable", "Always")
 EXEC_TIMEOUT = 60.0  # seconds a plugin may take; client-go waits forever, a server cannot
 IMPERSONATION = ("as", "as-uid", "as-groups", "as-user-extra")
-
-Obj = dict[str, Any]
 
 
 class KubeconfigError(ValueError):

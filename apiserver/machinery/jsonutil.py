@@ -9,7 +9,9 @@ import orjson
 
 from apiserver.machinery import errors
 
-__all__ = ["MAX_NESTING_DEPTH", "check_nesting", "json_copy", "merge_patch"]
+__all__ = ["MAX_NESTING_DEPTH", "Obj", "check_nesting", "json_copy", "merge_patch"]
+
+Obj = dict[str, Any]  # a decoded JSON object: a Kubernetes object, or any part of one
 
 
 def json_copy(data: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from apiserver.apis.resource import ResourceInfo
 from apiserver.machinery.errors import Cause
 from apiserver.machinery.fieldpath import Type
+from apiserver.machinery.jsonutil import Obj
 from apiserver.storage.interface import ListOptions
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["Column", "DeleteOptions", "ListOptions", "Obj", "Result", "Strategy", "UpdatedObject",
            "WriteOptions"]
 
-Obj = dict[str, Any]
 UpdatedObject = Callable[[Obj], Awaitable[Obj]]
 """An update as a function of the current object (a patch is one; a PUT is the constant function)."""
 

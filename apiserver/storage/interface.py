@@ -14,12 +14,12 @@ from typing import Any, Protocol
 
 import orjson
 
+from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.selectors import FieldSelector, LabelSelector
 
 __all__ = ["ADDED", "BOOKMARK", "DELETED", "ERROR", "MODIFIED", "Entry", "Event", "ListOptions", "ListResult",
            "EventSource", "Obj", "Predicate", "Storage", "StorageError", "UpdateFn", "Watch", "match_all"]
 
-Obj = dict[str, Any]
 UpdateFn = Callable[[Obj], Awaitable[Obj | None]]
 
 ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"

@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
 
-from apiserver.apis.conditions import true_since
+from apiserver.apis.resource import CONTROL_PLANE_READY
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.machinery import cron
+from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import time_of
 
 __all__ = ["SNAPSHOT_ANNOTATION", "BackupSpec", "due", "spec_of"]
 
 SNAPSHOT_ANNOTATION = "kosmos.io/snapshot-requested"
 DEFAULT_KEEP = 3
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -37,8 +36,8 @@ class BackupSpec:
 
 def spec_of(obj: Obj) -> BackupSpec | None:
     """``spec.backup`` read (None: no backups, or a schedule that validation would have refused)."""
-    backup = (obj.get("spec") or {}).get("backup")
-    if not isinstance(backup, dict):
+    backup = VirtualCluster(obj).spec.backup
+    if backup is None:
         return None
     try:
         schedule = cron.parse(str(backup.get("schedule") or ""))
@@ -49,7 +48,7 @@ def spec_of(obj: Obj) -> BackupSpec | None:
 
 
 def requested_at(obj: Obj) -> dt.datetime | None:
-    return time_of(((obj.get("metadata") or {}).get("annotations") or {}).get(SNAPSHOT_ANNOTATION))
+    return time_of(VirtualCluster(obj).meta.annotations.get(SNAPSHOT_ANNOTATION))
 
 
 def due(obj: Obj, now: dt.datetime, last_taken: dt.datetime | None) -> tuple[bool, dt.datetime | None]:
@@ -60,7 +59,7 @@ def due(obj: Obj, now: dt.datetime, last_taken: dt.datetime | None) -> tuple[boo
     asked = requested_at(obj)
     if asked is not None and (last_taken is None or asked > last_taken):
         return True, spec.schedule.next_after(now)
-    start = last_taken or true_since(obj, "ControlPlaneReady") or now
+    start = last_taken or VirtualCluster(obj).status.true_since(CONTROL_PLANE_READY) or now
     next_at = spec.schedule.next_after(start)
     if next_at is not None and next_at <= now:
         return True, spec.schedule.next_after(now)

@@ -20,16 +20,14 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-from typing import Any
 from urllib.parse import urlsplit
 
 from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import KubeClient
+from apiserver.machinery.jsonutil import Obj
 from reconciler import versions
 from reconciler.runtime.base import FIELD_MANAGER
 from reconciler.shared.names import SHARED_NODE
-
-Obj = dict[str, Any]
 
 NAMESPACE = "kube-system"
 KUBE_PROXY_IMAGE = f"registry.k8s.io/kube-proxy:{versions.KUBERNETES_VERSION}"

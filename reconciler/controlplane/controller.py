@@ -14,16 +14,14 @@ import asyncio
 import datetime as dt
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
 
 from apiserver.apis import hibernation as sleep
-from apiserver.apis.compute import requests_nodes
-from apiserver.apis.conditions import find_condition
-from apiserver.apis.resource import FINALIZER
-from apiserver.apis.sharedslice import shared_slice
+from apiserver.apis.resource import CONTROL_PLANE_READY, FINALIZER, NODES_READY
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
+from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import now_rfc3339, parse_rfc3339
 from apiserver.registry.store import Registry
 from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
@@ -50,8 +48,6 @@ from reconciler.shared.syncer import SliceReport
 from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 READINESS_FAILURES = 3  # consecutive unanswered checks before a ready control plane is reported unready
 READINESS_RECHECK = 1.0  # seconds until the next check after an unanswered one
@@ -97,7 +93,7 @@ class ControlPlaneController:
             if e.code == 404:
                 return
             raise
-        if obj["metadata"].get("deletionTimestamp"):
+        if VirtualCluster(obj).meta.deletion_timestamp:
             await self._delete(obj)
         elif self.runtime is None or self.secrets is None:
             await self._no_runtime(obj)
@@ -107,23 +103,20 @@ class ControlPlaneController:
     # -- build -----------------------------------------------------------------------
 
     async def _pki(self, obj: Obj, runtime: ControlPlaneRuntime, secrets: SecretStore) -> TenantPki:
-        meta = obj["metadata"]
-        spec = obj.get("spec") or {}
-        external = [spec["externalIP"]] if spec.get("externalIP") else []
-        sans = tenantpki.apiserver_sans(runtime.endpoint_host(obj), [*external, *(spec.get("externalIps") or [])],
-                                        service_ip())
+        vc = VirtualCluster(obj)
+        meta = vc.meta
+        sans = tenantpki.apiserver_sans(runtime.endpoint_host(obj), vc.spec.external_ips, service_ip())
         current = await load_pki(secrets, obj)
         if current is not None:
             if not current.needs_renewal() and set(sans) <= current.sans():
                 return current
-            log.info("renewing the PKI of %s/%s", meta["namespace"], meta["name"])
+            log.info("renewing the PKI of %s/%s", meta.namespace, meta.name)
         fresh = await asyncio.to_thread(tenantpki.generate, sans, current)
-        await secrets.put(PKI_KIND, meta["namespace"], meta["name"],
-                          {**fresh.files, "uid": meta.get("uid", "").encode()})
+        await secrets.put(PKI_KIND, meta.namespace, meta.name, {**fresh.files, "uid": meta.uid.encode()})
         return fresh
 
     async def _build(self, obj: Obj, runtime: ControlPlaneRuntime, secrets: SecretStore) -> None:
-        if not (obj.get("status") or {}).get("phase"):  # accepted: Pending is a pass of its own
+        if not VirtualCluster(obj).status.phase:  # accepted: Pending is a pass of its own
             await self._finish(obj, status.accepted(obj, now_rfc3339()))
             return
         why = await self._hibernation(obj, runtime)
@@ -153,11 +146,11 @@ class ControlPlaneController:
                 kept = await runtime.prune_snapshots(obj, spec.keep)
             if not due:
                 return Backups([s.status() for s in kept], (next_at - now).total_seconds() if next_at else None)
-            snapshot = snapshot_name(obj["metadata"]["name"], now)
+            snapshot = snapshot_name(VirtualCluster(obj).meta.name, now)
             taken, kept = await runtime.take_snapshot(obj, snapshot, now, spec.keep)
         except RuntimeFailure as e:
             await self.events.record(obj, "Warning", e.reason, e.message)
-            return Backups(list((obj.get("status") or {}).get("backups") or []), status.RUNTIME_RETRY)
+            return Backups(list(VirtualCluster(obj).status.backups), status.RUNTIME_RETRY)
         if taken.problem:
             await self.events.record(obj, "Warning", "SnapshotInvalid",
                                      f"snapshot {snapshot} failed verification and was removed: {taken.problem}")
@@ -174,17 +167,17 @@ class ControlPlaneController:
         runtime does nothing once its data exists). The PKI and credentials are this VirtualCluster's
         own, fresh: the snapshot holds the tenant's objects only. A clone when the source still exists,
         a restore when it does not; either is an Event. Raises RuntimeFailure (RestoreFailed)."""
-        source = (obj.get("spec") or {}).get("restoreFrom")
-        if not isinstance(source, dict):
+        vc = VirtualCluster(obj)
+        source = vc.spec.restore_from
+        if source is None:
             return
-        meta = obj["metadata"]
-        namespace, origin, snapshot = meta["namespace"], str(source.get("virtualCluster")), str(source.get("snapshot"))
+        namespace, origin, snapshot = vc.meta.namespace, str(source.get("virtualCluster")), str(source.get("snapshot"))
         label = f'snapshot "{snapshot}" of virtualcluster "{origin}"'
         if not await runtime.restore(obj, origin, snapshot, label):
             return
         try:
             await self.registry.get(namespace, origin)
-            clone = origin != meta["name"]
+            clone = origin != vc.meta.name
         except errors.ApiError as e:
             if e.code != 404:
                 raise
@@ -199,16 +192,16 @@ class ControlPlaneController:
         """Whether the cluster should be hibernated (:func:`.status.hibernation`). The runtime's audit
         log is read only once afterInactivity has passed since the last request already seen; a
         runtime that cannot tell leaves the cluster running."""
-        uid = obj["metadata"].get("uid", "")
+        vc = VirtualCluster(obj)
+        uid = vc.meta.uid
         now = dt.datetime.now(dt.UTC)
         known = self._last_request.get(uid)
-        after = sleep.spec_of(obj).after_inactivity
+        after = vc.spec.hibernation.after_inactivity
         if after is not None and status.inactivity_due(obj, now, known):
             try:
                 found = await runtime.last_request(obj, now - after)
             except RuntimeFailure as e:
-                meta = obj["metadata"]
-                log.warning("%s/%s stays awake: %s", meta["namespace"], meta["name"], e.message)
+                log.warning("%s/%s stays awake: %s", vc.meta.namespace, vc.meta.name, e.message)
                 return None
             if found is not None and (known is None or found > known):
                 known = self._last_request[uid] = found
@@ -219,11 +212,12 @@ class ControlPlaneController:
         then the control plane stopped with its data kept. The phase says Hibernating first. Once
         Hibernated no node can have been claimed for it (claims are made only while it is awake),
         so a resync of a sleeping cluster asks the host nothing: it only makes sure nothing runs."""
-        phase = (obj.get("status") or {}).get("phase")
+        vc = VirtualCluster(obj)
+        phase = vc.status.phase
         if phase not in sleep.HIBERNATION_PHASES:
             await self._finish(obj, status.hibernating(obj, why, now_rfc3339()))
             return
-        self._unanswered.pop(obj["metadata"].get("uid", ""), None)
+        self._unanswered.pop(vc.meta.uid, None)
         if phase != "Hibernated":
             try:
                 if self.nodes is not None:
@@ -242,27 +236,25 @@ class ControlPlaneController:
 
     async def _observe(self, obj: Obj, runtime: ControlPlaneRuntime, secrets: SecretStore) -> Observed:
         """Build, adopt or repair the control plane, then its nodes; what was found, for the status."""
-        cp_ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
+        vc = VirtualCluster(obj)
+        was_ready = vc.status.is_true(CONTROL_PLANE_READY)
         try:
             await self._restore(obj, runtime)
             pki = await self._pki(obj, runtime, secrets)
             state = await runtime.ensure(obj, pki)
-            state = self._tolerate_a_missed_check(obj, state, cp_ready)
-            if state.ready and (cp_ready is None or cp_ready.get("status") != "True"):
+            state = self._tolerate_a_missed_check(obj, state, was_ready)
+            if state.ready and not was_ready:
                 await bootstrap_tenant(pki, state.endpoint)
         except RuntimeFailure as e:
             return Observed(failure=e)
         if not state.ready:
             return Observed(state=state)
-        spec = obj.get("spec") or {}
-        wants_nodes = requests_nodes(spec)
-        promoted = [n for n in (obj.get("status") or {}).get("nodes") or [] if not n.get("shared")]
-        slice_ = shared_slice(spec)
+        wants_nodes = vc.spec.requests_nodes
+        slice_ = vc.spec.slice
         report = None
         try:  # nodes follow the spec (scaled to zero: every node goes back)
-            if self.nodes is not None and (wants_nodes or promoted):
-                tenant = await runtime.clients.get(obj["metadata"]["namespace"], obj["metadata"]["name"], pki,
-                                                   state.endpoint)
+            if self.nodes is not None and (wants_nodes or vc.status.promoted_nodes):
+                tenant = await runtime.clients.get(vc.meta.namespace, vc.meta.name, pki, state.endpoint)
                 report = await self._promote(obj, tenant, state.endpoint, self.nodes)
             shared = await self._slice(obj, slice_, pki, state.endpoint)
         except (HostUnavailable, HostError) as e:
@@ -286,21 +278,20 @@ class ControlPlaneController:
         await self._remove_slice(obj)
         return None
 
-    def _tolerate_a_missed_check(self, obj: Obj, state: ControlPlaneState, cp_ready: Obj | None) -> ControlPlaneState:
+    def _tolerate_a_missed_check(self, obj: Obj, state: ControlPlaneState, was_ready: bool) -> ControlPlaneState:
         """A ready control plane whose components all run stays ready until its apiserver misses
         ``READINESS_FAILURES`` checks in a row, and is then reported as not answering until it does;
         a crashed component is reported at once."""
-        uid = obj["metadata"].get("uid", "")
+        meta = VirtualCluster(obj).meta
+        uid = meta.uid
         misses = self._unanswered.get(uid)
-        was_ready = cp_ready is not None and cp_ready.get("status") == "True"
         if state.ready or not state.unanswered or (misses is None and not was_ready):
             self._unanswered.pop(uid, None)
             return state
         misses = self._unanswered[uid] = (misses or 0) + 1
         if misses < READINESS_FAILURES:
-            meta = obj["metadata"]
             log.info("tenant apiserver of %s/%s did not answer its readiness check (%d of %d)",
-                     meta["namespace"], meta["name"], misses, READINESS_FAILURES)
+                     meta.namespace, meta.name, misses, READINESS_FAILURES)
             raise Requeue(READINESS_RECHECK)
         return replace(state, reason="ApiserverUnreachable",
                        message=f"the tenant apiserver at {state.endpoint} stopped answering its readiness checks "
@@ -316,25 +307,25 @@ class ControlPlaneController:
         """kube-proxy, CoreDNS and the kubernetes Service's endpoints, once the tenant has a node; applied
         again only when they change (or after a restart). A tenant that refuses them is retried on the
         next pass: the nodes and the control plane are fine meanwhile."""
-        meta = obj["metadata"]
+        meta = VirtualCluster(obj).meta
         objs = addons.manifests(endpoint, SERVICE_CIDR)
-        key, digest = meta.get("uid", ""), addons.digest(objs)
+        key, digest = meta.uid, addons.digest(objs)
         if self._addons_applied.get(key) == digest:
             return
         try:
             await addons.ensure(tenant, objs)
         except (HostUnavailable, HostError) as e:
-            log.warning("installing the add-ons of %s/%s: %s", meta["namespace"], meta["name"], e)
+            log.warning("installing the add-ons of %s/%s: %s", meta.namespace, meta.name, e)
             return
         self._addons_applied[key] = digest
         log.info("add-ons of %s/%s applied (kube-proxy, CoreDNS, kubernetes endpoints at %s)",
-                 meta["namespace"], meta["name"], endpoint)
+                 meta.namespace, meta.name, endpoint)
 
     async def _finish(self, obj: Obj, outcome: Outcome) -> None:
         """The pass's one status write, the event telling of a new reason, then what comes next."""
-        before = (obj.get("status") or {}).get("reason")
+        before = VirtualCluster(obj).status.reason
         new = await write_status(self.registry, obj, outcome.status)
-        if outcome.event is not None and (new.get("status") or {}).get("reason") != before:
+        if outcome.event is not None and VirtualCluster(new).status.reason != before:
             await self.events.record(new, *outcome.event)
         if outcome.backoff:
             raise Backoff(outcome.backoff)
@@ -348,9 +339,9 @@ class ControlPlaneController:
 
     async def _release_nodes(self, obj: Obj, nodes: NodePromoter) -> None:
         """Every node goes back before the control plane goes away (the tenant drains them first)."""
-        meta = obj["metadata"]
+        vc = VirtualCluster(obj)
         tenant = None
-        endpoint = (obj.get("status") or {}).get("controlPlaneEndpoint")
+        endpoint = vc.status.endpoint
         pki = await load_pki(self.secrets, obj) if self.secrets else None
         if endpoint and pki is not None:
             tenant = admin_client(pki, endpoint)
@@ -360,15 +351,15 @@ class ControlPlaneController:
             if tenant is not None:
                 await tenant.close()
         if released:
-            log.info("returned %d node(s) of %s/%s to the host", released, meta["namespace"], meta["name"])
+            log.info("returned %d node(s) of %s/%s to the host", released, vc.meta.namespace, vc.meta.name)
 
     async def _remove_slice(self, obj: Obj) -> bool:
         """The shared slice (if any) goes: its node leaves the tenant, the host namespace is deleted with
         every pod and copy in it; True once the namespace is gone."""
-        if self.slices is None or not (self.slices.running(obj) or shared_slice(obj.get("spec") or {})
-                                       or (obj.get("status") or {}).get("sharedResources")):
+        vc = VirtualCluster(obj)
+        if self.slices is None or not (self.slices.running(obj) or vc.spec.slice or vc.status.shared_resources):
             return True
-        endpoint = (obj.get("status") or {}).get("controlPlaneEndpoint")
+        endpoint = vc.status.endpoint
         pki = await load_pki(self.secrets, obj) if self.secrets else None
         tenant = admin_client(pki, endpoint) if endpoint and pki is not None else None
         try:
@@ -378,13 +369,14 @@ class ControlPlaneController:
                 await tenant.close()
 
     async def _delete(self, obj: Obj) -> None:
-        meta = obj["metadata"]
-        self._unanswered.pop(meta.get("uid", ""), None)
-        self._addons_applied.pop(meta.get("uid", ""), None)
-        self._last_request.pop(meta.get("uid", ""), None)
-        if FINALIZER not in (meta.get("finalizers") or []):
+        vc = VirtualCluster(obj)
+        meta = vc.meta
+        self._unanswered.pop(meta.uid, None)
+        self._addons_applied.pop(meta.uid, None)
+        self._last_request.pop(meta.uid, None)
+        if FINALIZER not in meta.finalizers:
             return
-        if (obj.get("status") or {}).get("phase") != "Deleting":  # the phase says so before the teardown
+        if vc.status.phase != "Deleting":  # the phase says so before the teardown
             await self._finish(obj, status.deleting(obj, now_rfc3339()))
             return
         if self.nodes is not None:
@@ -392,22 +384,22 @@ class ControlPlaneController:
                 await self._release_nodes(obj, self.nodes)
             except (HostUnavailable, HostError) as e:
                 _raise_unless_unreachable(e)
-                await self._finish(obj, status.unreachable(obj, "NodesReady", str(e), now_rfc3339()))
+                await self._finish(obj, status.unreachable(obj, NODES_READY, str(e), now_rfc3339()))
                 return
         try:
             if not await self._remove_slice(obj):
                 raise Requeue(SLICE_POLL)  # the host namespace is still terminating
         except (HostUnavailable, HostError) as e:
             _raise_unless_unreachable(e)
-            await self._finish(obj, status.unreachable(obj, "NodesReady", str(e), now_rfc3339()))
+            await self._finish(obj, status.unreachable(obj, NODES_READY, str(e), now_rfc3339()))
             return
         if self.runtime is not None:
-            await self.runtime.teardown(meta["namespace"], meta["name"])
+            await self.runtime.teardown(meta.namespace, meta.name)
         if self.secrets is not None:
-            await self.secrets.delete(PKI_KIND, meta["namespace"], meta["name"])
-        remaining = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+            await self.secrets.delete(PKI_KIND, meta.namespace, meta.name)
+        remaining = [f for f in meta.finalizers if f != FINALIZER]
         await patch_object(self.registry, obj, {"metadata": {"finalizers": remaining or None}})
-        log.info("deleted %s/%s: control plane removed, finalizer released", meta["namespace"], meta["name"])
+        log.info("deleted %s/%s: control plane removed, finalizer released", meta.namespace, meta.name)
 
 
 def _raise_unless_unreachable(e: HostUnavailable | HostError) -> None:

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from apiserver.apis import hibernation as sleep
-from apiserver.apis.compute import asks_for_compute
-from apiserver.apis.conditions import find_condition, set_condition, true_since
+from apiserver.apis.conditions import set_condition
+from apiserver.apis.resource import CONTROL_PLANE_READY, NODES_READY, READY
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.machinery import errors
-from apiserver.machinery.jsonutil import merge_patch
+from apiserver.machinery.jsonutil import Obj, merge_patch
 from apiserver.machinery.timefmt import rfc3339
 from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
@@ -30,9 +31,7 @@ from reconciler.backup.etcd import RESTORE_FAILED
 from reconciler.nodes.promoter import NodeReport
 from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, RuntimeFailure
 
-Obj = dict[str, Any]
-
-CONDITIONS = ("ControlPlaneReady", "NodesReady", "Ready")
+CONDITIONS = (CONTROL_PLANE_READY, NODES_READY, READY)
 HIBERNATED = sleep.CONDITION
 NO_RUNTIME_REASON = "NoControlPlaneRuntime"
 NO_RUNTIME_MESSAGE = "no control-plane runtime is configured (--control-plane-runtime); the control plane will not be built"
@@ -50,9 +49,10 @@ class NextStatus:
     """The next status of one object, built from its current one; nothing is written here."""
 
     def __init__(self, obj: Obj, now: str) -> None:
+        vc = VirtualCluster(obj)
         self.now = now
-        self.generation = int(obj["metadata"].get("generation", 1))
-        self.current: Obj = obj.get("status") or {}
+        self.generation = vc.meta.generation
+        self.current: Obj = vc.status.raw
         self.status: Obj = {**self.current, "conditions": list(self.current.get("conditions") or [])}
 
     def condition(self, type_: str, ok: bool, reason: str, message: str) -> None:
@@ -127,7 +127,7 @@ def idle_since(obj: Obj, last_request: dt.datetime | None) -> dt.datetime | None
     """Since when a running control plane has had no user: its last user request, its start (a new
     or woken control plane gets the whole afterInactivity), or the last wake request, whichever is
     latest. None while the control plane is not running."""
-    up = true_since(obj, "ControlPlaneReady")
+    up = VirtualCluster(obj).status.true_since(CONTROL_PLANE_READY)
     if up is None:
         return None
     return max(t for t in (up, last_request, sleep.wake_requested_at(obj)) if t is not None)
@@ -137,7 +137,7 @@ def inactivity_due(obj: Obj, now: dt.datetime, last_request: dt.datetime | None)
     """Whether ``afterInactivity`` has passed for a running, awake cluster, counting from
     :func:`idle_since` with the ``last_request`` known so far (the reconciler then reads the
     runtime's audit log to see whether a later request resets the clock)."""
-    spec = sleep.spec_of(obj)
+    spec = VirtualCluster(obj).spec.hibernation
     if spec.hibernated or spec.after_inactivity is None or sleep.asleep(obj):
         return False
     since = idle_since(obj, last_request)
@@ -151,13 +151,14 @@ def hibernation(obj: Obj, now: dt.datetime, last_request: dt.datetime | None) ->
     stays so until it is asked to wake (:func:`apiserver.apis.hibernation.wake_pending`) or
     ``afterInactivity`` is removed; an awake one goes to sleep once :func:`inactivity_due`, with
     ``last_request`` the latest user request its runtime has seen."""
-    spec = sleep.spec_of(obj)
+    vc = VirtualCluster(obj)
+    spec = vc.spec.hibernation
     if spec.hibernated:
         return Hibernation(sleep.SPEC, "spec.hibernation.hibernated is true")
     if sleep.asleep(obj) == sleep.INACTIVE:
         if spec.after_inactivity is None or sleep.wake_pending(obj):
             return None
-        cond = sleep.condition(obj) or {}
+        cond = vc.status.condition(HIBERNATED) or {}
         return Hibernation(sleep.INACTIVE, str(cond.get("message") or ""))
     if not inactivity_due(obj, now, last_request):
         return None
@@ -174,8 +175,8 @@ def hibernating(obj: Obj, why: Hibernation, now: str) -> Outcome:
     status = NextStatus(obj, now)
     message = f"hibernating: returning the nodes to the host and stopping the control plane; {why.message}"
     status.condition(HIBERNATED, True, why.reason, why.message)
-    status.condition("ControlPlaneReady", False, "Hibernating", message)
-    status.condition("Ready", False, "Hibernating", message)
+    status.condition(CONTROL_PLANE_READY, False, "Hibernating", message)
+    status.condition(READY, False, "Hibernating", message)
     status.phase("Hibernating", "Hibernating", message)
     return Outcome(status.result(), ("Normal", "Hibernating", message), requeue_after=0.0)
 
@@ -186,10 +187,10 @@ def hibernated(obj: Obj, why: Hibernation, seen: Stopping, now: str) -> Outcome:
     status = NextStatus(obj, now)
     status.condition(HIBERNATED, True, why.reason, why.message)
     if seen.unreachable:
-        return _unreachable(obj, status, "NodesReady", seen.unreachable)
+        return _unreachable(obj, status, NODES_READY, seen.unreachable)
     if seen.failure is not None:
         reason, message = seen.failure.reason, f"hibernating: {seen.failure.message}"
-        status.condition("ControlPlaneReady", False, reason, message)
+        status.condition(CONTROL_PLANE_READY, False, reason, message)
         status.phase("Hibernating", reason, message)
         return Outcome(status.result(), ("Warning", reason, message), requeue_after=RUNTIME_RETRY)
     status.set(nodes=[])
@@ -207,11 +208,12 @@ def hibernated(obj: Obj, why: Hibernation, seen: Stopping, now: str) -> Outcome:
 
 def _awake(obj: Obj, status: NextStatus, ready: bool, runtime: str) -> None:
     """The Hibernated condition of a cluster that runs (or is starting), where hibernation is used."""
-    spec = sleep.spec_of(obj)
-    if not spec.used and sleep.condition(obj) is None:
+    vc = VirtualCluster(obj)
+    spec = vc.spec.hibernation
+    if not spec.used and vc.status.condition(HIBERNATED) is None:
         return
     if not ready:
-        if sleep.condition(obj) is not None and (sleep.asleep(obj) or _waking(obj)):
+        if vc.status.condition(HIBERNATED) is not None and (sleep.asleep(obj) or _waking(obj)):
             status.condition(HIBERNATED, False, "Waking", f"waking: starting the control plane from its data "
                                                           f"({runtime} runtime)")
         return
@@ -221,7 +223,7 @@ def _awake(obj: Obj, status: NextStatus, ready: bool, runtime: str) -> None:
 
 
 def _waking(obj: Obj) -> bool:
-    return (obj.get("status") or {}).get("phase") in (*sleep.HIBERNATION_PHASES, "Waking")
+    return VirtualCluster(obj).status.phase in (*sleep.HIBERNATION_PHASES, "Waking")
 
 
 def accepted(obj: Obj, now: str) -> Outcome:
@@ -256,19 +258,19 @@ def unreachable(obj: Obj, condition: str, error: str, now: str) -> Outcome:
 def _unreachable(obj: Obj, status: NextStatus, condition: str, error: str) -> Outcome:
     message = f"waiting for the host or tenant apiserver to answer: {error}"
     status.condition(condition, False, UNREACHABLE_REASON, message)
-    status.condition("Ready", False, UNREACHABLE_REASON, message)
-    status.phase((obj.get("status") or {}).get("phase") or "Pending", UNREACHABLE_REASON, message)
+    status.condition(READY, False, UNREACHABLE_REASON, message)
+    status.phase(VirtualCluster(obj).status.phase or "Pending", UNREACHABLE_REASON, message)
     return Outcome(status.result(), ("Warning", UNREACHABLE_REASON, message), backoff=message)
 
 
 def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
     """The status after a build pass of ``runtime`` (no node report while the spec asks for nodes:
     no node joiner is configured)."""
+    vc = VirtualCluster(obj)
     status = NextStatus(obj, now)
-    cp_ready = find_condition((obj.get("status") or {}).get("conditions"), "ControlPlaneReady")
     # a woken control plane is Waking until it is ready again, as a new one is Preparing
     building = "Waking" if _waking(obj) else "Preparing"
-    if cp_ready is None or cp_ready.get("status") != "True":
+    if not vc.status.is_true(CONTROL_PLANE_READY):
         if building == "Waking":
             status.phase("Waking", "Waking", f"waking: starting the control plane from its data ({runtime} runtime)")
         else:
@@ -278,40 +280,40 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
         reason, message = seen.failure.reason, seen.failure.message
         # nothing is built from a snapshot that cannot be restored: the cluster waits, Pending
         status.phase("Pending" if reason == RESTORE_FAILED else building, reason, message)
-        status.condition("ControlPlaneReady", False, reason, message)
-        status.condition("Ready", False, reason, message)
+        status.condition(CONTROL_PLANE_READY, False, reason, message)
+        status.condition(READY, False, reason, message)
         return Outcome(status.result(), ("Warning", reason, message), requeue_after=RUNTIME_RETRY)
     state = seen.state
     assert state is not None, "a build pass observes the runtime's failure or its state"
     status.set(controlPlaneEndpoint=state.endpoint, port=state.port)
     if not state.ready:
-        status.condition("ControlPlaneReady", False, state.reason, state.message)
-        status.condition("Ready", False, state.reason, state.message)
+        status.condition(CONTROL_PLANE_READY, False, state.reason, state.message)
+        status.condition(READY, False, state.reason, state.message)
         if state.reason != "Starting":
             status.phase(building, state.reason, state.message)
         return Outcome(status.result(), ("Warning" if state.reason != "Starting" else "Normal", state.reason,
                                          state.message), requeue_after=POLL)
-    status.condition("ControlPlaneReady", True, state.reason, state.message)
+    status.condition(CONTROL_PLANE_READY, True, state.reason, state.message)
     if seen.backups is not None:
         status.set(backups=seen.backups.kept)
     if seen.unreachable:
-        return _unreachable(obj, status, "NodesReady", seen.unreachable)
+        return _unreachable(obj, status, NODES_READY, seen.unreachable)
     if seen.shared is not None:
         status.set(sharedResources=seen.shared)
     elif status.current.get("sharedResources"):
         status.set(sharedResources=None)
-    if not asks_for_compute(obj.get("spec")):
+    if not vc.spec.asks_for_compute:
         status.set(nodes=[])
-        status.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
-        status.condition("Ready", True, "Ready", f"control plane ready at {state.endpoint}")
+        status.condition(NODES_READY, True, "NoNodesRequested", "the spec asks for no nodes")
+        status.condition(READY, True, "Ready", f"control plane ready at {state.endpoint}")
         status.phase("Completed", "Ready", f"control plane ready at {state.endpoint}")
     elif seen.nodes is not None:
         _nodes(obj, status, seen.nodes, state.endpoint)
     else:
         message = (f"the spec asks for nodes but no node joiner is configured (a host cluster, and the "
                    f"process runtime or --node-joiner=agent); the control plane is ready at {state.endpoint}")
-        status.condition("NodesReady", False, NO_PROMOTION_REASON, message)
-        status.condition("Ready", False, NO_PROMOTION_REASON, message)
+        status.condition(NODES_READY, False, NO_PROMOTION_REASON, message)
+        status.condition(READY, False, NO_PROMOTION_REASON, message)
         status.phase("Initialized", NO_PROMOTION_REASON, message)
     result = status.result()
     event = ("Normal", result.get("reason", "ControlPlaneReady"), result.get("message", state.message))
@@ -328,19 +330,19 @@ def _nodes(obj: Obj, status: NextStatus, report: NodeReport, endpoint: str) -> N
     counts = f"{report.ready}/{len(report.nodes)} promoted nodes ready"
     if report.complete:
         if report.nodes:
-            status.condition("NodesReady", True, "NodesReady", counts)
+            status.condition(NODES_READY, True, "NodesReady", counts)
         else:
-            status.condition("NodesReady", True, "NoNodesRequested", "the spec asks for no nodes")
-        status.condition("Ready", True, "Ready", f"control plane ready at {endpoint}; {counts}")
+            status.condition(NODES_READY, True, "NoNodesRequested", "the spec asks for no nodes")
+        status.condition(READY, True, "Ready", f"control plane ready at {endpoint}; {counts}")
         status.phase("Completed", "Ready", f"control plane ready at {endpoint}; {counts}")
         return
     problems = "; ".join(report.shortages + report.waiting)
     reason = "InsufficientNodes" if report.shortages else "NodesJoining"
-    status.condition("NodesReady", False, reason, f"{counts}: {problems}")
-    status.condition("Ready", False, reason, f"{counts}: {problems}")
+    status.condition(NODES_READY, False, reason, f"{counts}: {problems}")
+    status.condition(READY, False, reason, f"{counts}: {problems}")
     if report.shortages and not report.nodes:
         status.phase("Pending", reason, f"waiting for nodes: {problems}")
-    elif (obj.get("status") or {}).get("phase") in ("Completed", "Updating"):
+    elif VirtualCluster(obj).status.phase in ("Completed", "Updating"):
         status.phase("Updating", reason, f"{counts}: {problems}")
     else:
         status.phase("Initialized", reason, f"{counts}: {problems}")
@@ -370,6 +372,6 @@ def _comparable(status: Obj) -> Obj:
 
 async def write_status(registry: Registry, obj: Obj, status: Obj) -> Obj:
     """One write of ``status`` through ``/status``; none when nothing but updateTime would change."""
-    if _comparable(status) == _comparable(obj.get("status") or {}):
+    if _comparable(status) == _comparable(VirtualCluster(obj).status.raw):
         return obj
     return await patch_object(registry, obj, {"status": status}, "status")

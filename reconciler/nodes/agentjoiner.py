@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import ClusterAccess, HostError, HostUnavailable, KubeClient
+from apiserver.machinery.jsonutil import Obj
 from apiserver.storage.secrets import SecretStore, load_pki
 from reconciler.nodeagent import DEFAULT_PORT, SERVING_NAME, protocol
 from reconciler.nodes.selection import is_ready, node_name
@@ -25,7 +27,6 @@ from reconciler.tenantapi import remove_node
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 CREDENTIAL_LIFETIME = dt.timedelta(days=365)
 AGENT_TIMEOUT = 90.0  # seconds: a join or leave waits for the kubelet's restart
 
@@ -91,7 +92,7 @@ def internal_ip(host_node: Obj) -> str:
 
 
 def _owner(vc: Obj) -> str:
-    return f"{vc['metadata']['namespace']}/{vc['metadata']['name']}"
+    return VirtualCluster(vc).meta.key
 
 
 class AgentJoiner:

@@ -13,16 +13,16 @@ import logging
 import os
 import signal
 import socket
-from typing import Any
 
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, KubeClient
+from apiserver.machinery.jsonutil import Obj
 from reconciler.nodes.selection import CLAIM_LABEL, is_ready, labels, node_name
 from reconciler.runtime.process import ProcessRuntime
 from reconciler.tenantapi import remove_node
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 HOST_NODE_ANNOTATION = "kosmos.io/host-node"
 DROPPED_LABEL_PREFIXES = ("node-role.kubernetes.io/", "node.kubernetes.io/exclude")
@@ -50,8 +50,8 @@ class KwokJoiner:
         self.runtime = runtime
 
     def _ensure_kwok(self, vc: Obj) -> None:
-        meta = vc["metadata"]
-        base = self.runtime.dir(meta["namespace"], meta["name"])
+        meta = VirtualCluster(vc).meta
+        base = self.runtime.dir(meta.namespace, meta.name)
         if self.runtime.alive(self.runtime.pid(base, "kwok"), base):
             return
         command = [str(self.runtime.bin_dir / "kwok"), f"--kubeconfig={base / 'admin.kubeconfig'}",
@@ -60,7 +60,7 @@ class KwokJoiner:
                    "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{_free_port()}",
                    "--cidr=10.244.0.1/16"]
         pid = self.runtime.spawn(base, "kwok", command)
-        log.info("started kwok for %s/%s (pid %d)", meta["namespace"], meta["name"], pid)
+        log.info("started kwok for %s (pid %d)", meta.key, pid)
 
     async def join(self, vc: Obj, tenant: KubeClient, host_node: Obj, current: Obj | None) -> bool:
         self._ensure_kwok(vc)
@@ -79,8 +79,8 @@ class KwokJoiner:
             await remove_node(tenant, name, pods)
 
     async def stop(self, vc: Obj) -> None:
-        meta = vc["metadata"]
-        base = self.runtime.dir(meta["namespace"], meta["name"])
+        meta = VirtualCluster(vc).meta
+        base = self.runtime.dir(meta.namespace, meta.name)
         pid = self.runtime.pid(base, "kwok")
         if pid and self.runtime.alive(pid, base):
             with contextlib.suppress(ProcessLookupError):

@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
+from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import now_rfc3339
 from reconciler.nodes import selection
 from reconciler.nodes.selection import (
@@ -30,7 +32,6 @@ from reconciler.nodes.selection import (
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 PARALLEL = 16  # node operations in flight per VirtualCluster
 EVENT_NAMES = 10  # node names an event of several claims or releases spells out
@@ -67,8 +68,7 @@ class NodeReport:
 
 
 def _owner(vc: Obj) -> str:
-    meta = vc["metadata"]
-    return f"{meta['namespace']}/{meta['name']}"
+    return VirtualCluster(vc).meta.key
 
 
 def _taint(value: str) -> dict[str, str]:
@@ -131,13 +131,13 @@ class NodePromoter:
     # -- the reconcile step ------------------------------------------------------------
 
     async def reconcile(self, vc: Obj, tenant: KubeClient) -> NodeReport:
-        owner = _owner(vc)
+        owner, spec = _owner(vc), VirtualCluster(vc).spec
         nodes = await self.host_nodes()
-        plan = selection.plan(vc.get("spec") or {}, nodes, owner)
+        plan = selection.plan(spec.raw, nodes, owner)
         report = NodeReport(shortages=list(plan.shortages))
         by_name = {node_name(n): n for n in nodes}
         await self._release_together(vc, tenant, [by_name[name] for name in plan.release])
-        force = bool(((vc.get("spec") or {}).get("kubeInKubeConfig") or {}).get("forceDestroy"))
+        force = spec.force_destroy
         joined = {node_name(n): n for n in (await tenant.get("/api/v1/nodes")).get("items") or []}
         # Only nodes not yet in the tenant still need their host pods drained.
         pods = await pods_by_node(self.host, set() if force else {n for n in plan.wanted if n not in joined})
@@ -205,8 +205,8 @@ class NodePromoter:
         """Claim, cordon and taint in one write, guarded by the node's resourceVersion. A node that
         changed since the plan saw it (a heartbeat, a label added elsewhere) is read again and claimed
         if the plan would still choose it (:func:`selection.still_chosen`)."""
-        meta = vc["metadata"]
-        value = selection.claim_value(meta["namespace"], meta["name"])
+        meta = VirtualCluster(vc).meta
+        value = selection.claim_value(meta.namespace, meta.name)
         name = node_name(node)
         seen = node
         for _ in range(CLAIM_ATTEMPTS):
@@ -224,7 +224,7 @@ class NodePromoter:
                     fresh = await self._reread(name)
                     if fresh is not None and claim_of(fresh) == _owner(vc):
                         return fresh  # ours already: a claim whose answer was lost, or another replica's
-                    if fresh is not None and selection.still_chosen(vc.get("spec") or {}, seen, fresh):
+                    if fresh is not None and selection.still_chosen(VirtualCluster(vc).spec.raw, seen, fresh):
                         node = fresh
                         continue
                 if e.code in (404, 409):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from apiserver.apis.conditions import find_condition
+from apiserver.apis.conditions import is_true
 from apiserver.apis.sharedslice import dedicated_resources
 from apiserver.machinery.quantity import QuantityError, parse_quantity
 from apiserver.machinery.selectors import selector_from_label_selector
@@ -54,8 +54,7 @@ def claim_of(node: Node) -> str:
 
 
 def is_ready(node: Node) -> bool:
-    ready = find_condition((node.get("status") or {}).get("conditions"), "Ready")
-    return ready is not None and ready.get("status") == "True"
+    return is_true((node.get("status") or {}).get("conditions"), "Ready")
 
 
 def is_control_plane(node: Node) -> bool:

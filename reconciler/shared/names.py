@@ -4,9 +4,9 @@ themselves so that a restart finds what it made."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
-Obj = dict[str, Any]
+from apiserver.apis.virtualcluster import VirtualCluster
+from apiserver.machinery.jsonutil import Obj
 
 NODE_NAME = "kosmos-shared-0"  # the -0 leaves room to split a slice over several nodes later
 DOMAIN = "vc.kosmos.io"
@@ -40,9 +40,9 @@ def safe_concat(*parts: str, limit: int = MAX_NAME) -> str:
 def host_namespace(vc: Obj) -> str:
     """The slice's host namespace: the VirtualCluster's namespace and name, and six hex of its uid, so a
     VirtualCluster created again never lands in its predecessor's namespace while it terminates."""
-    meta = vc["metadata"]
-    h6 = hashlib.sha256(meta["uid"].encode()).hexdigest()[:6]
-    return safe_concat("vcw", meta["namespace"], meta["name"], h6)
+    meta = VirtualCluster(vc).meta
+    h6 = hashlib.sha256(meta.uid.encode()).hexdigest()[:6]
+    return safe_concat("vcw", meta.namespace, meta.name, h6)
 
 
 def host_name(namespace: str, name: str) -> str:
@@ -52,7 +52,7 @@ def host_name(namespace: str, name: str) -> str:
 
 
 def markers(vc: Obj) -> dict[str, str]:
-    return {MANAGED_BY: MANAGER, VC_UID: vc["metadata"]["uid"]}
+    return {MANAGED_BY: MANAGER, VC_UID: VirtualCluster(vc).meta.uid}
 
 
 def identity(obj: Obj, kind: str) -> dict[str, str]:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
+from apiserver.machinery.jsonutil import Obj
 from certs.tenant import TenantPki
 from reconciler.shared import names
-from reconciler.shared.names import Obj
 from reconciler.shared.syncer import SliceReport, SliceSyncer, remove_namespace
 from reconciler.tenantapi import admin_client
 from reconciler.versions import KUBERNETES_VERSION
@@ -26,26 +27,25 @@ class SharedSlices:
         self._syncers: dict[str, SliceSyncer] = {}
 
     def running(self, vc: Obj) -> bool:
-        return vc["metadata"].get("uid", "") in self._syncers
+        return VirtualCluster(vc).meta.uid in self._syncers
 
     async def ensure(self, vc: Obj, slice_: dict[str, str], pki: TenantPki, endpoint: str) -> SliceReport:
         """The slice's syncer runs (started on first sight, resized on a change); what it reports."""
-        uid = vc["metadata"]["uid"]
-        syncer = self._syncers.get(uid)
+        meta = VirtualCluster(vc).meta
+        syncer = self._syncers.get(meta.uid)
         if syncer is None:
             syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), KUBERNETES_VERSION,
                                  self.events)
-            self._syncers[uid] = syncer
+            self._syncers[meta.uid] = syncer
             syncer.start()
-            log.info("shared slice of %s/%s: %s in host namespace %s", vc["metadata"]["namespace"],
-                     vc["metadata"]["name"], slice_, syncer.namespace)
+            log.info("shared slice of %s: %s in host namespace %s", meta.key, slice_, syncer.namespace)
         else:
             syncer.resize(vc, slice_)
         return syncer.report
 
     async def stop(self, vc: Obj) -> None:
         """The syncer stops (hibernation keeps nothing running; a lost leadership hands it over)."""
-        syncer = self._syncers.pop(vc["metadata"].get("uid", ""), None)
+        syncer = self._syncers.pop(VirtualCluster(vc).meta.uid, None)
         if syncer is not None:
             await syncer.stop()
 
@@ -58,7 +58,7 @@ class SharedSlices:
                 await tenant.delete(f"/api/v1/nodes/{names.NODE_NAME}")
             except HostError as e:
                 if e.code != 404:
-                    log.warning("removing the shared node of %s: %s", vc["metadata"]["name"], e)
+                    log.warning("removing the shared node of %s: %s", VirtualCluster(vc).meta.name, e)
             except HostUnavailable:
                 pass
         return await remove_namespace(self.host, names.host_namespace(vc))

@@ -21,11 +21,13 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
+from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import now_rfc3339
 from reconciler.shared import names, translate
-from reconciler.shared.names import NODE_NAME, Obj
+from reconciler.shared.names import NODE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +95,12 @@ class SliceSyncer:
 
     @property
     def uid(self) -> str:
-        return str(self.vc["metadata"]["uid"])
+        return VirtualCluster(self.vc).meta.uid
 
     # -- life ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        label = f"{self.vc['metadata']['namespace']}/{self.vc['metadata']['name']}"
+        label = VirtualCluster(self.vc).meta.key
         self._tasks = [asyncio.create_task(self._passes(), name=f"slice {label}"),
                        asyncio.create_task(self._heartbeat(), name=f"slice heartbeat {label}"),
                        asyncio.create_task(self._watch(self.tenant, "/api/v1/pods",

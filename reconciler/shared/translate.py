@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from apiserver.apis.conditions import find_condition
+from apiserver.apis.conditions import find_condition, is_true
+from apiserver.apis.virtualcluster import VirtualCluster
+from apiserver.machinery.jsonutil import Obj
 from reconciler.shared import names
-from reconciler.shared.names import NODE_NAME, Obj
+from reconciler.shared.names import NODE_NAME
 
 PODS = "110"
 EPHEMERAL_STORAGE = "100Gi"
@@ -73,7 +75,7 @@ def node(vc: Obj) -> Obj:
             "metadata": {"name": NODE_NAME,
                          "labels": {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
                                     "kubernetes.io/arch": "amd64", names.SHARED_NODE: "true",
-                                    names.VC_UID: vc["metadata"]["uid"]}}}
+                                    names.VC_UID: VirtualCluster(vc).meta.uid}}}
 
 
 def node_status(slice_: dict[str, str], ready: bool, reason: str, message: str, now: str, version: str,
@@ -296,8 +298,7 @@ def tenant_status(tenant: Obj, host: Obj) -> Obj:
 
 def started(tenant: Obj) -> bool:
     """Whether the tenant pod's host pod was ever placed (the marker survives restarts)."""
-    c = find_condition((tenant.get("status") or {}).get("conditions"), names.HOST_SCHEDULED)
-    return c is not None and c.get("status") == "True"
+    return is_true((tenant.get("status") or {}).get("conditions"), names.HOST_SCHEDULED)
 
 
 def with_condition(tenant: Obj, reason: str, message: str, now: str, status: str = "False") -> Obj | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from apiserver.apis.conditions import find_condition, set_condition, true_since
+from apiserver.apis.conditions import find_condition, is_true, set_condition, true_since
 
 T0, T1 = "2024-01-02T03:04:05Z", "2024-01-02T03:05:00Z"
 
@@ -35,13 +35,18 @@ def test_the_transition_time_moves_only_when_the_status_changes() -> None:
 
 
 def test_a_true_condition_says_since_when_and_any_other_says_nothing() -> None:
-    def obj(*conditions: dict[str, str]) -> dict[str, object]:
-        return {"status": {"conditions": list(conditions)}}
-
-    assert true_since(obj({"type": "Ready", "status": "True", "lastTransitionTime": T0}), "Ready") == \
+    assert true_since([{"type": "Ready", "status": "True", "lastTransitionTime": T0}], "Ready") == \
         dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-    assert true_since(obj({"type": "Ready", "status": "False", "lastTransitionTime": T0}), "Ready") is None
-    assert true_since(obj({"type": "Ready", "status": "True"}), "Ready") is None  # true, but not since when
-    assert true_since(obj({"type": "Ready", "status": "True", "lastTransitionTime": "soon"}), "Ready") is None
-    assert true_since(obj({"type": "Other", "status": "True", "lastTransitionTime": T0}), "Ready") is None
-    assert true_since({}, "Ready") is None
+    assert true_since([{"type": "Ready", "status": "False", "lastTransitionTime": T0}], "Ready") is None
+    assert true_since([{"type": "Ready", "status": "True"}], "Ready") is None  # true, but not since when
+    assert true_since([{"type": "Ready", "status": "True", "lastTransitionTime": "soon"}], "Ready") is None
+    assert true_since([{"type": "Other", "status": "True", "lastTransitionTime": T0}], "Ready") is None
+    assert true_since(None, "Ready") is None
+
+
+def test_a_condition_is_true_only_when_it_is_there_and_says_true() -> None:
+    assert is_true([{"type": "Ready", "status": "True"}], "Ready")
+    assert not is_true([{"type": "Ready", "status": "False"}], "Ready")
+    assert not is_true([{"type": "Ready", "status": "Unknown"}], "Ready")
+    assert not is_true([{"type": "Other", "status": "True"}], "Ready")
+    assert not is_true(None, "Ready")

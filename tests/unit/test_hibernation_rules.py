@@ -11,6 +11,7 @@ import pytest
 
 from apiserver.apis import hibernation as sleep
 from apiserver.apis import schema
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.endpoints import openapi
 from apiserver.machinery.golang import parse_duration
 from reconciler.controlplane import status
@@ -192,11 +193,12 @@ def test_a_cluster_hibernated_by_the_spec_wakes_only_by_the_spec() -> None:
 
 
 def test_the_spec_view_reads_defaults_and_durations() -> None:
-    view = sleep.spec_of(running({"afterInactivity": "1h30m"}))
+    view = VirtualCluster(running({"afterInactivity": "1h30m"})).spec.hibernation
     assert view.used and not view.hibernated and view.wake_on_access
     assert view.after_inactivity == dt.timedelta(minutes=90) and view.after_inactivity_text == "1h30m"
-    assert sleep.spec_of(running()) == sleep.HibernationSpec()
-    assert sleep.spec_of(running({"wakeOnAccess": False})).wake_on_access is False
+    assert VirtualCluster(running()).spec.hibernation == sleep.HibernationSpec()
+    assert VirtualCluster(running({"wakeOnAccess": False})).spec.hibernation.wake_on_access is False
+    assert sleep.read_spec(None) == sleep.read_spec("junk") == sleep.HibernationSpec()
 
 
 # -- the status each pass leads to ------------------------------------------------------------------------------------

@@ -11,11 +11,9 @@ from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
 from apiserver.machinery.fieldpath import type_of
 from apiserver.machinery.golang import go_bad_value, go_quote
-from apiserver.machinery.jsonutil import json_copy
+from apiserver.machinery.jsonutil import Obj, json_copy
 from apiserver.machinery.timefmt import age
 from apiserver.registry.rest import Column
-
-Obj = dict[str, Any]
 
 IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps", "restoreFrom")
 
