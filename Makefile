@@ -49,9 +49,9 @@ down: env
 lint: env
 	$(VENV)/bin/ruff check apiserver reconciler apiservice certs hack bench tests
 
-# Two workers (tests/conftest.py keeps a file, or a lab shared by files, on one worker); every run
+# Three workers (tests/conftest.py keeps a file, or a lab shared by files, on one worker); every run
 # writes each test's time to .local/test-durations.txt.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: env bins node-packages lint
 	$(PY) -m pytest -p no:cacheprovider -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests
 

@@ -27,7 +27,7 @@ HISTORY = 200  # watch-cache history of the test server: small enough to expire 
 _counter = itertools.count()
 
 
-# A parallel run (``make test``: ``pytest -n 2 --dist loadgroup``) keeps each file on one worker, so a
+# A parallel run (``make test``: ``pytest -n 3 --dist loadgroup``) keeps each file on one worker, so a
 # module's fixtures start once, and sends files that share a lab of which a machine holds only one to
 # the same worker: the real-node lab (one bridge, fixed addresses; its images built once) and the
 # differential lab. The longest groups are handed out first, so none of them is left to run alone at
