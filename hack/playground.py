@@ -37,7 +37,7 @@ def up(nodes: int, real_nodes: int) -> None:
     print("  kubectl get --raw /apis/kosmos.io/v1alpha1/namespaces/default/virtualclusters/dev/kubeconfig > dev.kubeconfig"
           " && kubectl --kubeconfig dev.kubeconfig get ns")
     if real_nodes:
-        print("  kubectl apply -f examples/real-node.yaml   # the real worker, promoted (README: real nodes)")
+        print("  kubectl apply -f examples/real-node.yaml   # the real worker, promoted (docs/real-nodes.md)")
         print("  kubectl -n kosmos-system logs deploy/vc-apiserver   # vc-apiserver runs inside the host")
 
 
