@@ -13,6 +13,7 @@ import uvloop
 
 from apiserver.server.app import Server
 from apiserver.server.config import CompletedConfig, Config
+from apiserver.server.new import new_server
 from apiserver.server.options import DESCRIPTION, LoggingOptions, ServerOptions, from_args
 from reconciler.options import AGENT_WITHOUT_HOST, ReconcilerConfig, ReconcilerOptions
 
@@ -77,7 +78,7 @@ def wire_reconciler(server: Server, config: ReconcilerConfig) -> None:
 
 
 async def serve(completed: CompletedConfig, reconciler: ReconcilerConfig | None) -> None:
-    server = completed.new()  # on the loop that runs it: its clients belong to it
+    server = new_server(completed)  # on the loop that runs it: its clients belong to it
     if reconciler is not None:
         wire_reconciler(server, reconciler)
     await server.run()

@@ -1,5 +1,5 @@
 """The built server (:class:`Server`): its aiohttp application (routes, filter chain, start and
-stop) and what the application serves with, made by :meth:`apiserver.server.config.CompletedConfig.new`;
+stop) and what the application serves with, made by :func:`apiserver.server.new.new_server`;
 and how it runs until told to stop."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Lifecycle:
 
 @dataclass(frozen=True)
 class Server:
-    """A server as :meth:`~apiserver.server.config.CompletedConfig.new` builds it: what it was built from,
+    """A server as :func:`~apiserver.server.new.new_server` builds it: what it was built from,
     the app, and the runtime parts the composition root hands to the reconciler (the registry, the watch
     cache, etcd, the host client, Events and the tenant secret store). Nothing is replaced once built;
     only :attr:`lifecycle` changes."""
