@@ -31,6 +31,7 @@ from apiserver.storage.secrets import generate_key_file
 from certs import tenant as tenantpki
 from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
 from reconciler.runtime.process import COMPONENTS, ProcessRuntime
+from reconciler.runtime.process.commands import commands, write_files
 
 from .stats import Ratio, percentile
 
@@ -116,7 +117,7 @@ def floor_claim(runtime: ProcessRuntime, name: str) -> tuple[Path, dict[str, int
     the ports in the others' ``state.json``, so floors claimed one after another never share one."""
     base = runtime.dir(FLOORS, name)
     base.mkdir(parents=True, exist_ok=True)
-    ports = runtime.allocate_ports("127.0.0.1")
+    ports = runtime.layout.allocate_ports("127.0.0.1")
     (base / "state.json").write_text(json.dumps({"ports": ports}))
     return base, ports
 
@@ -124,20 +125,20 @@ def floor_claim(runtime: ProcessRuntime, name: str) -> tuple[Path, dict[str, int
 async def floor_start(runtime: ProcessRuntime, pki: tenantpki.TenantPki, base: Path, ports: dict[str, int]) -> float:
     """Start the components of a claimed floor directly; seconds until ready."""
     endpoint = f"https://127.0.0.1:{ports['apiserver']}"
-    runtime.write_files(base, pki, endpoint)
-    commands = runtime.commands(base, ports, "127.0.0.1")
+    write_files(base, pki, endpoint)
+    command_lines = commands(runtime.bin_dir, base, ports, "127.0.0.1", runtime.tuning)
     started = time.perf_counter()
     # The minimal correct order (the controller-manager exits if started before the apiserver has
     # bootstrapped RBAC): etcd + apiserver, then the controller-manager as soon as /readyz answers.
     for c in ("etcd", "kube-apiserver"):
-        runtime.spawn(base, c, commands[c])
+        runtime.spawn(base, c, command_lines[c])
     while not await runtime.readyz(FLOORS, base.name, endpoint, pki):  # polled as ours is measured
         dead = [c for c in ("etcd", "kube-apiserver") if not runtime.alive(runtime.pid(base, c), base)]
         if dead or time.perf_counter() - started > FLOOR_TIMEOUT:
             why = f"{' and '.join(dead)} exited" if dead else f"not ready after {FLOOR_TIMEOUT:.0f} s"
             raise RuntimeError(f"floor control plane {base.name}: {why} (logs in {base / 'logs'})")
         await asyncio.sleep(POLL)
-    runtime.spawn(base, "kube-controller-manager", commands["kube-controller-manager"])
+    runtime.spawn(base, "kube-controller-manager", command_lines["kube-controller-manager"])
     return time.perf_counter() - started
 
 

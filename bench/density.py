@@ -31,7 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.runtime.process import COMPONENTS, ProcessRuntime
+from reconciler.runtime.process import COMPONENTS
+from reconciler.runtime.process.supervisor import processes_under
 from reconciler.runtime.tuning import LEAN, STOCK, TenantTuning
 
 from .controlplane import Ours, admin_session, proc_kib, rss_kib, start_standalone
@@ -71,7 +72,7 @@ def cpu_ticks(pid: int) -> int:
 
 
 def _tenant_pids(tenants: Path, names: list[str]) -> dict[str, set[int]]:
-    return {name: ProcessRuntime.processes_under(tenants / "bench" / name) for name in names}
+    return {name: processes_under(tenants / "bench" / name) for name in names}
 
 
 def pss_kib(pid: int) -> int:
@@ -114,7 +115,7 @@ async def _idle(tenants: Path, names: list[str], api_pid: int, seconds: float) -
 async def _stop_tenants(tenants: Path, grace: float = 10.0) -> None:
     """The tenant processes outlive vc-apiserver (they are its children only by start): SIGTERM
     them all, then SIGKILL what is left after ``grace`` seconds."""
-    pids = ProcessRuntime.processes_under(tenants)
+    pids = processes_under(tenants)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(OSError):

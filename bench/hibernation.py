@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from apiserver.kubeclient.client import KubeClient, access_from_pem
-from reconciler.runtime.process import ProcessRuntime
+from reconciler.runtime.process.supervisor import processes_under
 
 from .controlplane import POLL, Ours, admin_session, rss_kib, start_standalone
 from .stats import Ratio
@@ -82,10 +82,10 @@ async def run(workdir: Path, rounds: int = 3) -> dict[str, Any]:
                     await tenant.create("/api/v1/namespaces/default/configmaps", {
                         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kept"}, "data": {"k": "v"}})
                     base = tenants / "bench" / name
-                    freed.append(sum(rss_kib(pid) for pid in ProcessRuntime.processes_under(base)))
+                    freed.append(sum(rss_kib(pid) for pid in processes_under(base)))
                     await _hibernated(session, name, True)
                     hibernate.append(await _until(session, name, lambda s: s.get("phase") == "Hibernated"))
-                    assert not ProcessRuntime.processes_under(base), "a hibernated tenant runs nothing"
+                    assert not processes_under(base), "a hibernated tenant runs nothing"
                     kept.append(du_kib(base))
                     await _hibernated(session, name, False)
                     wake.append(await _until(session, name, _ready))

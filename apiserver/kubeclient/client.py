@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from apiserver.kubeclient import paths
 from apiserver.kubeclient.errors import CredentialError, HostError, HostUnavailable
 from apiserver.kubeclient.kubeconfig import (
     Auth,
@@ -26,6 +27,8 @@ from apiserver.kubeclient.kubeconfig import (
     load_kubeconfig,
     running_in_cluster,
 )
+
+APPLY_PATCH = "application/apply-patch+yaml"
 
 # What this package offers its users, wherever it is defined.
 __all__ = [
@@ -113,14 +116,24 @@ class KubeClient:
     async def get(self, path: str, **params: str) -> Any:
         return await self.request("GET", path, params=params or None)
 
-    async def create(self, path: str, body: Any) -> Any:
-        return await self.request("POST", path, body=body)
+    async def create(self, path: str, body: Any, **params: str) -> Any:
+        return await self.request("POST", path, body=body, params=params or None)
 
-    async def patch(self, path: str, body: Any, patch_type: str = "application/merge-patch+json") -> Any:
-        return await self.request("PATCH", path, body=body, content_type=patch_type)
+    async def patch(self, path: str, body: Any, patch_type: str = "application/merge-patch+json", **params: str) -> Any:
+        return await self.request("PATCH", path, body=body, content_type=patch_type, params=params or None)
+
+    async def apply(self, obj: dict[str, Any], field_manager: str) -> Any:
+        """Server-side apply of ``obj`` at its own path (a built-in kind of :mod:`.paths`), forced: the
+        caller owns the fields it sends, whoever set them last. Unknown fields are an error, not dropped."""
+        return await self.patch(paths.object_path(obj), obj, APPLY_PATCH, fieldManager=field_manager, force="true",
+                                fieldValidation="Strict")
 
     async def delete(self, path: str, body: Any = None) -> Any:
         return await self.request("DELETE", path, body=body)
+
+    async def log(self, namespace: str, pod: str, **params: str) -> bytes:
+        """A pod's log, as bytes (it is not JSON); ``params`` as the API's: container, tailLines, sinceTime."""
+        return await self.request("GET", paths.path("Pod", namespace, pod) + "/log", params=params or None, raw=True)
 
     async def watch(self, path: str, **params: str) -> AsyncIterator[dict[str, Any]]:
         """Stream watch events until the server ends the watch."""

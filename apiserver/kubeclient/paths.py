@@ -16,6 +16,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {  # kind → (group-version prefix, p
     "ConfigMap": ("/api/v1", "configmaps", True),
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
+    "Node": ("/api/v1", "nodes", False),
     "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices", True),
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),

@@ -56,7 +56,7 @@ from hack.harness import (
 from reconciler.nodeagent import CLIENT_CN, protocol, staticpod
 from reconciler.nodeagent.files import KUBEADM, KubeletPaths
 from reconciler.nodes.agentjoiner import AgentAccess, AgentJoiner, agent_client_context
-from reconciler.runtime.process import ProcessRuntime
+from reconciler.runtime.process.supervisor import processes_under
 from reconciler.tenantapi import admin_client
 from tests.conftest import Kubectl, start_etcd, vc
 
@@ -316,7 +316,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, pki_files: Pki) -> Iterator[
             agent.stop()
         with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
             os.kill(int((root / "standin.pid").read_text()), signal.SIGKILL)
-        for pid in ProcessRuntime.processes_under(root / "tenants"):
+        for pid in processes_under(root / "tenants"):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if api is not None:

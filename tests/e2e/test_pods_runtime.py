@@ -25,7 +25,7 @@ from certs.tenant import TenantPki
 from hack.harness import HostCluster, create_fake_nodes, free_port, wait_until
 from reconciler.runtime.base import RuntimeFailure
 from reconciler.runtime.pods import OWNED_KINDS, PodsRuntime
-from reconciler.runtime.podstatus import UNSCHEDULABLE_GRACE
+from reconciler.runtime.pods.status import UNSCHEDULABLE_GRACE
 
 pytestmark = pytest.mark.e2e
 

@@ -21,8 +21,8 @@ import pytest
 from hack.harness import wait_until
 from hack.realnodes import RealNodeLab
 from hack.stack import Stack
-from reconciler.runtime.podbackups import SNAPSHOT_CLAIM
 from reconciler.runtime.pods import COMPONENT, OWNER, PodsRuntime
+from reconciler.runtime.pods.backupobjects import SNAPSHOT_CLAIM
 from tests.conftest import Kubectl, vc
 from tests.support import report
 from tests.support.promotion import tenant, wait_phase

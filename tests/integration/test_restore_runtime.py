@@ -18,7 +18,7 @@ async def test_a_snapshot_etcdutl_refuses_leaves_no_data_directory_and_says_what
     """A well-formed bbolt file followed by etcd's hash of it, but no etcd database, passes verification;
     etcd's own restore is what refuses it, and what it wrote on the way is removed."""
     runtime = ProcessRuntime(tmp_path / "tenants", Path(binary("etcdutl")).parent)
-    empty = runtime.store.prepare("ns", "prod") / "empty.db"
+    empty = runtime.backups.store.prepare("ns", "prod") / "empty.db"
     empty.write_bytes(stream(bolt()))
     assert verify(empty) == ""
     with pytest.raises(RuntimeFailure) as refused:

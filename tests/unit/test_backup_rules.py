@@ -205,7 +205,7 @@ async def test_restoring_without_etcdutl_fails_loudly_and_a_bad_snapshot_makes_n
 
     label = 'snapshot "prod-1" of virtualcluster "prod"'
     runtime = ProcessRuntime(tmp_path / "tenants", tmp_path / "bin")
-    kept = runtime.store.prepare("ns", "prod") / "prod-1.db"
+    kept = runtime.backups.store.prepare("ns", "prod") / "prod-1.db"
     with pytest.raises(RuntimeFailure) as missing:
         await runtime.restore(restoring_vc(), "prod", "prod-1", label)
     assert missing.value.reason == "RestoreFailed"

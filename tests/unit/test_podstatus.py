@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from apiserver.machinery.timefmt import rfc3339
-from reconciler.runtime.hostobjects import COMPONENT
-from reconciler.runtime.podstatus import UNSCHEDULABLE_GRACE, pod_problem, pods_summary
+from reconciler.runtime.pods.hostobjects import COMPONENT
+from reconciler.runtime.pods.status import UNSCHEDULABLE_GRACE, pod_problem, pods_summary
 
 NOT_FOUND = 'persistentvolumeclaim "data-broken-etcd-0" not found'
 

@@ -58,7 +58,7 @@ def _logged_slack(runtime: ProcessRuntime, name: str, component: str = ETCD) -> 
     base.mkdir(parents=True)
     pid = runtime.spawn(base, component, READ_OWN_SLACK)
     deadline = time.monotonic() + 10
-    while runtime._children[pid].poll() is None and time.monotonic() < deadline:
+    while runtime.supervisor.children[pid].poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     return int((base / "logs" / f"{component}.log").read_text())
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from apiserver.apis.conditions import find_condition
 from apiserver.machinery.timefmt import seconds_since
 from reconciler.runtime.base import Obj
-from reconciler.runtime.hostobjects import COMPONENT, COMPONENTS
+from reconciler.runtime.pods.hostobjects import COMPONENT, COMPONENTS
+
+__all__ = ["UNSCHEDULABLE_GRACE", "all_running", "pod_problem", "pods_summary"]
 
 STARTUP_GRACE = 300.0  # seconds pods may take to start before "Starting" becomes a complaint
 # seconds a pod may stay unschedulable before that is a failure: the scheduler also says so of a claim made

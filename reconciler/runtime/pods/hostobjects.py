@@ -13,14 +13,20 @@ import base64
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Self
 
 from certs import pki as pkilib
 from certs.tenant import TenantPki
 from reconciler import versions
 from reconciler.runtime import audit
-from reconciler.runtime.base import BINARIES, FIELD_MANAGER, Obj
+from reconciler.runtime.base import BINARIES, FIELD_MANAGER, Obj, RuntimeFailure
 from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
 from reconciler.runtime.tuning import LEAN, TenantTuning
+
+__all__ = [
+    "COMPONENT", "COMPONENTS", "CONTROL_PLANE_ROLE", "ETCD_CLIENT", "ETCD_IMAGE", "ETCD_PEER", "KUBERNETES_VERSION",
+    "MANAGED_BY", "OWNER", "HostObjects", "Plan", "claim_shape", "digest", "selector", "url",
+]
 
 # Pinned in reconciler/versions.env: the versions built by hack/build-bins.sh and imaged by hack/images.
 KUBERNETES_VERSION = versions.KUBERNETES_VERSION
@@ -39,10 +45,16 @@ KUBECONFIG = f"{CONFIG_DIR}/kubeconfig"  # the controller-manager's and the sche
 AUDIT_POLICY = "audit-policy.yaml"  # in the apiserver's Secret, beside its PKI
 COMPONENTS = ("etcd", "apiserver", "controller-manager", "scheduler")
 BINARY = dict(zip(COMPONENTS, BINARIES, strict=True))  # each component's binary (its image's name too)
+MAX_STS_NAME = 52  # a StatefulSet's name + its revision hash must fit a 63-character label
 
 
 def url(host: str, port: int) -> str:
     return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def selector(owner: str, component: str | None = None) -> str:
+    """The label selector of one tenant's host objects (of one of its components)."""
+    return f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={owner}" + (f",{COMPONENT}={component}" if component else "")
 
 
 def digest(data: dict[str, str]) -> str:
@@ -63,6 +75,23 @@ class Plan:
     storage_class: str | None
     storage_size: str
 
+    @classmethod
+    def of(cls, vc: Obj, endpoint_host: str) -> Self:
+        """What ``vc`` asks for; raises RuntimeFailure for a name its objects' names cannot carry."""
+        meta, spec = vc["metadata"], vc.get("spec") or {}
+        shape = spec.get("kubeInKubeConfig") or {}
+        name = meta["name"]
+        if len(f"{name}-etcd") > MAX_STS_NAME:
+            raise RuntimeFailure("NameTooLong", f"the pods runtime names host objects <name>-etcd, which must be at "
+                                                f"most {MAX_STS_NAME} characters; use a name of at most "
+                                                f"{MAX_STS_NAME - 5}")
+        return cls(namespace=meta["namespace"], name=name, endpoint_host=endpoint_host,
+                   host_network=shape.get("apiServerServiceType") == "hostNetwork",
+                   replicas=int(shape.get("apiServerReplicas") or 1),
+                   external_port=int(shape["externalPort"]) if shape.get("externalPort") else None,
+                   storage_class=shape.get("etcdStorageClass") or None,
+                   storage_size=str(shape.get("etcdUnitSize") or "1Gi"))
+
     def object_name(self, component: str) -> str:
         return f"{self.name}-{component}"
 
@@ -78,7 +107,7 @@ class Plan:
 
     @property
     def selector(self) -> str:
-        return f"{MANAGED_BY}={FIELD_MANAGER},{OWNER}={self.name}"
+        return selector(self.name)
 
     @property
     def cluster_token(self) -> str:
@@ -92,6 +121,14 @@ class Plan:
         if self.storage_class:
             claim["spec"]["storageClassName"] = self.storage_class
         return claim
+
+    def member_claim(self, member: str) -> Obj:
+        """The data claim of one etcd member, as its StatefulSet would make it (and adopts, by name)."""
+        claim = self.data_claim()
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {**claim["metadata"], "name": f"{claim['metadata']['name']}-{member}",
+                             "namespace": self.namespace},
+                "spec": claim["spec"]}
 
 
 @dataclass(frozen=True)

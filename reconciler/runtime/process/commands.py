@@ -1,0 +1,63 @@
+"""What a ``process`` runtime tenant's components start from: their command lines, and the files those
+name (the PKI, the components' kubeconfigs, the apiserver's audit policy) in the tenant's directory.
+
+Every component's command line names the tenant's directory, which is how a process is known to be the
+tenant's (:mod:`.supervisor`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from certs import pki as pkilib
+from certs.tenant import TenantPki
+from reconciler.fileio import write_if_changed
+from reconciler.runtime import audit
+from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
+from reconciler.runtime.tuning import TenantTuning
+
+__all__ = ["commands", "write_files"]
+
+
+def write_files(base: Path, tenant: TenantPki, server: str) -> None:
+    """The PKI, the components' kubeconfigs and the apiserver's audit policy. Every reconcile writes
+    these, while components may be (re)starting and reading them: a file is only replaced when its
+    content changes, and then atomically."""
+    pki_dir = base / "pki"
+    pki_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for filename, pem in tenant.files.items():
+        write_if_changed(pki_dir / filename, pem, 0o600)
+    ca = tenant.files["ca.crt"]
+    for stem in ("controller-manager", "scheduler", "admin"):
+        config = pkilib.kubeconfig(server, ca, stem, tenant.files[f"{stem}.crt"], tenant.files[f"{stem}.key"])
+        write_if_changed(base / f"{stem}.kubeconfig", json.dumps(config).encode(), 0o600)
+    write_if_changed(base / "audit-policy.yaml", audit.policy_file(), 0o600)
+
+
+def commands(bin_dir: Path, base: Path, ports: dict[str, int], bind: str, tuning: TenantTuning) -> dict[str, list[str]]:
+    """Each component's command line, by binary: the apiserver on ``bind``, everything else on loopback."""
+    p = base / "pki"
+    b = bin_dir
+    etcd_url = f"https://127.0.0.1:{ports['etcd-client']}"
+    peer_url = f"https://127.0.0.1:{ports['etcd-peer']}"
+    return {
+        "etcd": [str(b / "etcd"), "--name", "tenant", "--data-dir", str(base / "etcd"),
+                 "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+                 "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                 "--initial-cluster", f"tenant={peer_url}", "--listen-metrics-urls", "",
+                 "--cert-file", str(p / "etcd-server.crt"), "--key-file", str(p / "etcd-server.key"),
+                 "--trusted-ca-file", str(p / "etcd-ca.crt"), "--client-cert-auth",
+                 "--peer-cert-file", str(p / "etcd-peer.crt"), "--peer-key-file", str(p / "etcd-peer.key"),
+                 "--peer-trusted-ca-file", str(p / "etcd-ca.crt"), "--peer-client-cert-auth",
+                 "--log-level", "warn", "--snapshot-count", "10000"],
+        "kube-apiserver": [str(b / "kube-apiserver"), *apiserver_flags(
+            str(p), bind=bind, advertise=bind, port=ports["apiserver"], etcd_servers=etcd_url,
+            audit_policy=str(base / "audit-policy.yaml"), audit_log=str(base / "logs" / "audit.log"),
+            tuning=tuning)],
+        "kube-controller-manager": [str(b / "kube-controller-manager"), *controller_manager_flags(
+            str(p), str(base / "controller-manager.kubeconfig"), bind="127.0.0.1",
+            port=ports["controller-manager"], leader_elect=False)],
+        "kube-scheduler": [str(b / "kube-scheduler"), *scheduler_flags(
+            str(base / "scheduler.kubeconfig"), bind="127.0.0.1", port=ports["scheduler"], leader_elect=False)],
+    }
