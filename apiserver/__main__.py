@@ -14,7 +14,7 @@ import uvloop
 from apiserver.server.app import Server
 from apiserver.server.config import CompletedConfig, Config
 from apiserver.server.new import new_server
-from apiserver.server.options import DESCRIPTION, LoggingOptions, ServerOptions, from_args
+from apiserver.server.options import DESCRIPTION, LoggingOptions, ServerOptions, group_from_args
 from reconciler.options import AGENT_WITHOUT_HOST, ReconcilerConfig, ReconcilerOptions
 
 __all__ = ["Options", "main", "parse_args"]
@@ -47,7 +47,7 @@ class Options:
     @classmethod
     def parse(cls, argv: list[str] | None = None) -> Options:
         args = parse_args(argv)
-        return cls(ServerOptions.from_args(args), ReconcilerOptions.from_args(args), from_args(LoggingOptions, args))
+        return cls(ServerOptions.from_args(args), ReconcilerOptions.from_args(args), group_from_args(LoggingOptions, args))
 
     def validate(self) -> list[str]:
         """Every error the flags hold, together. Beside each group's own, what the server and the loop must

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from apiserver import IMAGE
+from apiserver.machinery.optiongroups import OptionSet
 
 if TYPE_CHECKING:
     from apiserver.kubeclient.client import KubeClient
@@ -27,11 +28,6 @@ __all__ = ["JoinerConfig", "LoopOptions", "NodeJoinerOptions", "ReconcilerConfig
 
 log = logging.getLogger("vc-apiserver")
 
-G = TypeVar("G")
-
-
-def _from_args(group: type[G], args: argparse.Namespace) -> G:
-    return group(**{f.name: getattr(args, f.name) for f in fields(group)})  # type: ignore[arg-type]
 
 
 # -- the groups -----------------------------------------------------------------------------------
@@ -280,7 +276,7 @@ class ReconcilerConfig:
 
 
 @dataclass(frozen=True)
-class ReconcilerOptions:
+class ReconcilerOptions(OptionSet):
     """The loop's option groups, in the order ``--help`` lists them."""
 
     GROUPS: ClassVar[dict[str, Any]] = {
@@ -292,24 +288,13 @@ class ReconcilerOptions:
     snapshots: SnapshotOptions
     joiner: NodeJoinerOptions
 
-    @classmethod
-    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
-        for group in cls.GROUPS.values():
-            group.add_flags(parser)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ReconcilerOptions:
-        return cls(**{name: _from_args(group, args) for name, group in cls.GROUPS.items()})
-
     @property
     def enabled(self) -> bool:
         return self.loop.enabled
 
     def validate(self) -> list[str]:
         """The groups' errors; none when the loop does not run here (its flags are then not read)."""
-        if not self.enabled:
-            return []
-        return [e for name in self.GROUPS for e in getattr(self, name).validate()]
+        return super().validate() if self.enabled else []
 
     def wake_estimate(self) -> int:
         return self.runtime.wake_estimate()

@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from apiserver.machinery.optiongroups import OptionSet, group_from_args
 from apiserver.server.config import (
     AuthenticationConfig,
     AuthorizationConfig,
@@ -29,17 +30,11 @@ from apiserver.server.config import (
 
 __all__ = ["DESCRIPTION", "AuthenticationOptions", "AuthorizationOptions", "EtcdOptions", "HostOptions",
            "KubeconfigOptions", "LimitsOptions", "LoggingOptions", "ServerOptions", "ServingOptions", "csv_list",
-           "from_args"]
+           "group_from_args"]
 
 DESCRIPTION = ("The server's options: flags in kube-apiserver's vocabulary (the ones it shares keep its names and "
                "defaults), and what is read straight from them (the serving TLS context, CSV lists, files).")
 
-G = TypeVar("G")
-
-
-def from_args(group: type[G], args: argparse.Namespace) -> G:
-    """A group's dataclass from the parsed flags: its fields are named as its flags' destinations."""
-    return group(**{f.name: getattr(args, f.name) for f in fields(group)})  # type: ignore[arg-type]
 
 
 def csv_list(value: str | None) -> tuple[str, ...] | None:
@@ -315,7 +310,7 @@ class LoggingOptions:
 
 
 @dataclass(frozen=True)
-class ServerOptions:
+class ServerOptions(OptionSet):
     """The server's option groups, in the order ``--help`` lists them."""
 
     GROUPS: ClassVar[dict[str, Any]] = {
@@ -331,19 +326,6 @@ class ServerOptions:
     host: HostOptions
     limits: LimitsOptions
     kubeconfig: KubeconfigOptions
-
-    @classmethod
-    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
-        for group in cls.GROUPS.values():
-            group.add_flags(parser)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ServerOptions:
-        return cls(**{name: from_args(group, args) for name, group in cls.GROUPS.items()})
-
-    def validate(self) -> list[str]:
-        """Every group's errors, in ``--help``'s order (each a line of the one message the process exits with)."""
-        return [e for name in self.GROUPS for e in getattr(self, name).validate()]
 
     def config(self, *, wake_estimate: int) -> Config:
         """The frozen config the flags say. ``wake_estimate`` is what the composition root knows of the
