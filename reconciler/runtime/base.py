@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
+from apiserver.machinery.jsonutil import Obj
 from certs.tenant import TenantPki
 from reconciler.backup.etcd import BackupFailure
 from reconciler.backup.snapshots import Snapshot
 from reconciler.tenantapi import TenantClients
-
-Obj = dict[str, Any]
 
 # The reconciler's name wherever it writes: the field manager of the host objects it applies and of
 # its own status writes to VirtualClusters (recorded in their managedFields). Those status writes go
