@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import uvloop
 
+from apiserver.machinery.optiongroups import group_from_args
 from apiserver.server.app import Server
 from apiserver.server.config import CompletedConfig, Config
 from apiserver.server.new import new_server
-from apiserver.server.options import DESCRIPTION, LoggingOptions, ServerOptions, group_from_args
+from apiserver.server.options import DESCRIPTION, LoggingOptions, ServerOptions
 from reconciler.options import AGENT_WITHOUT_HOST, ReconcilerConfig, ReconcilerOptions
 
 __all__ = ["Options", "main", "parse_args"]

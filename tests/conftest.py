@@ -51,9 +51,10 @@ def group_of(item: pytest.Item) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
-    items.sort(key=lambda item: rank.get(group_of(item), len(rank)))  # stable: files keep their order
+    groups = {item: group_of(item) for item in items}
+    for item, group in groups.items():
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # stable: files keep their order
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from apiserver.machinery.optiongroups import OptionSet, group_from_args
+from apiserver.machinery.optiongroups import OptionSet
 from apiserver.server.config import (
     AuthenticationConfig,
     AuthorizationConfig,
@@ -29,8 +29,7 @@ from apiserver.server.config import (
 )
 
 __all__ = ["DESCRIPTION", "AuthenticationOptions", "AuthorizationOptions", "EtcdOptions", "HostOptions",
-           "KubeconfigOptions", "LimitsOptions", "LoggingOptions", "ServerOptions", "ServingOptions", "csv_list",
-           "group_from_args"]
+           "KubeconfigOptions", "LimitsOptions", "LoggingOptions", "ServerOptions", "ServingOptions", "csv_list"]
 
 DESCRIPTION = ("The server's options: flags in kube-apiserver's vocabulary (the ones it shares keep its names and "
                "defaults), and what is read straight from them (the serving TLS context, CSV lists, files).")
