@@ -1,5 +1,6 @@
-"""Hibernation as the spec asks for it and the status records it: the one reading of both that the
-``kubeconfig`` subresource and the reconciler share.
+"""Hibernation as the spec asks for it and the status records it: the names and the spec's reading that
+the ``kubeconfig`` subresource and the reconciler share (the status is read by the typed view:
+``VirtualCluster(obj).asleep``, ``.wake_pending``).
 
 Two ways into hibernation, told apart by the ``Hibernated`` condition's reason:
 
@@ -21,13 +22,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver.apis.conditions import find_condition
 from apiserver.machinery.golang import parse_duration
-from apiserver.machinery.jsonutil import Obj
-from apiserver.machinery.timefmt import time_of
 
-__all__ = ["CONDITION", "HIBERNATION_PHASES", "INACTIVE", "SPEC", "WAKE_ANNOTATION", "HibernationSpec", "asleep",
-           "read_spec", "wake_pending", "wake_requested_at"]
+__all__ = ["CONDITION", "HIBERNATION_PHASES", "INACTIVE", "SPEC", "WAKE_ANNOTATION", "HibernationSpec", "read_spec"]
 
 CONDITION = "Hibernated"
 SPEC = "Hibernated"  # the condition's reason when spec.hibernation.hibernated put the cluster to sleep
@@ -58,27 +55,3 @@ def read_spec(spec: Any) -> HibernationSpec:
     return HibernationSpec(used=True, hibernated=spec.get("hibernated") is True, after_inactivity=after,
                            after_inactivity_text=text if after else "",
                            wake_on_access=spec.get("wakeOnAccess") is not False)
-
-
-def condition(obj: Obj) -> Obj | None:
-    return find_condition((obj.get("status") or {}).get("conditions"), CONDITION)
-
-
-def asleep(obj: Obj) -> str:
-    """Why the cluster is hibernated or hibernating (:data:`SPEC` or :data:`INACTIVE`), or ''."""
-    cond = condition(obj)
-    return str(cond.get("reason") or SPEC) if cond is not None and cond.get("status") == "True" else ""
-
-
-def wake_requested_at(obj: Obj) -> dt.datetime | None:
-    """The time in :data:`WAKE_ANNOTATION`, if it holds one."""
-    return time_of(((obj.get("metadata") or {}).get("annotations") or {}).get(WAKE_ANNOTATION))
-
-
-def wake_pending(obj: Obj) -> bool:
-    """Hibernated for inactivity, and asked to wake since it went to sleep."""
-    cond = condition(obj)
-    if asleep(obj) != INACTIVE or cond is None:
-        return False
-    asked, slept = wake_requested_at(obj), time_of(cond.get("lastTransitionTime"))
-    return asked is not None and (slept is None or asked >= slept)

@@ -24,10 +24,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from apiserver.apis import conditions as conds
+from apiserver.apis import hibernation
 from apiserver.apis.compute import asks_for_compute, requests_nodes
 from apiserver.apis.hibernation import HibernationSpec, read_spec
 from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery.jsonutil import Obj
+from apiserver.machinery.timefmt import time_of
 
 __all__ = ["Meta", "Spec", "Status", "VirtualCluster"]
 
@@ -243,3 +245,30 @@ class VirtualCluster(_View):
     @property
     def status(self) -> Status:
         return Status(_object(self._raw.get("status")))
+
+    @property
+    def asleep(self) -> str:
+        """Why the cluster is hibernated or hibernating (:data:`~apiserver.apis.hibernation.SPEC` or
+        :data:`~apiserver.apis.hibernation.INACTIVE`: the Hibernated condition's reason while it is True), or ''."""
+        cond = self.status.condition(hibernation.CONDITION)
+        return str(cond.get("reason") or hibernation.SPEC) if cond is not None and cond.get("status") == "True" else ""
+
+    @property
+    def wake_requested_at(self) -> dt.datetime | None:
+        """The time in :data:`~apiserver.apis.hibernation.WAKE_ANNOTATION`, if it holds one."""
+        return time_of(self.meta.annotations.get(hibernation.WAKE_ANNOTATION))
+
+    @property
+    def wake_pending(self) -> bool:
+        """Hibernated for inactivity, and asked to wake since it went to sleep (a request at least as
+        recent as the Hibernated condition's transition)."""
+        cond = self.status.condition(hibernation.CONDITION)
+        if self.asleep != hibernation.INACTIVE or cond is None:
+            return False
+        asked, slept = self.wake_requested_at, time_of(cond.get("lastTransitionTime"))
+        return asked is not None and (slept is None or asked >= slept)
+
+    @property
+    def waking(self) -> bool:
+        """Hibernating, hibernated or waking: a control plane that starts now starts from its kept data."""
+        return self.status.phase in (*hibernation.HIBERNATION_PHASES, "Waking")

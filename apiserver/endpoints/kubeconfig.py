@@ -79,7 +79,7 @@ class KubeconfigIssuer:
         hibernated for inactivity when its spec allows it."""
         vc = VirtualCluster(obj)
         name = vc.meta.name
-        why = hibernation.asleep(obj)
+        why = vc.asleep
         if why == hibernation.SPEC:
             return self._conflict(name, "is hibernated: spec.hibernation.hibernated is true; set it to false to "
                                         "wake it")
@@ -88,7 +88,7 @@ class KubeconfigIssuer:
                 return self._conflict(name, f"is hibernated after inactivity and spec.hibernation.wakeOnAccess is "
                                             f"false: to wake it, set the annotation {hibernation.WAKE_ANNOTATION} to "
                                             f"the current time (RFC 3339)")
-            if not hibernation.wake_pending(obj):
+            if not vc.wake_pending:
                 await self._request_wake(obj)
             return self._waking(name)
         if vc.status.phase == "Waking":

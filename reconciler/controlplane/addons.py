@@ -12,7 +12,8 @@
   ``skip-mirror`` as the apiserver's own reconciler writes them.
 
 Everything is server-side applied with the reconciler's field manager, so a pass that changes
-nothing writes nothing; :func:`manifests` is pure, :func:`ensure` does the I/O.
+nothing writes nothing; :func:`manifests` is pure, :func:`ensure` does the I/O, and
+:class:`AddonInstaller` skips what was applied already.
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import logging
 from urllib.parse import urlsplit
 
-from apiserver.kubeclient import paths
-from apiserver.kubeclient.client import KubeClient
+from apiserver.apis.virtualcluster import VirtualCluster
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.machinery.jsonutil import Obj
 from reconciler import versions
 from reconciler.runtime.base import FIELD_MANAGER
 from reconciler.shared.names import SHARED_NODE
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "kube-system"
 KUBE_PROXY_IMAGE = f"registry.k8s.io/kube-proxy:{versions.KUBERNETES_VERSION}"
@@ -233,5 +237,33 @@ def digest(objs: list[Obj]) -> str:
 async def ensure(tenant: KubeClient, objs: list[Obj]) -> None:
     """Server-side apply each object (forced: these objects are the reconciler's)."""
     for obj in objs:
-        await tenant.request("PATCH", paths.object_path(obj), body=obj, content_type="application/apply-patch+yaml",
-                             params={"fieldManager": FIELD_MANAGER, "force": "true", "fieldValidation": "Strict"})
+        await tenant.apply(obj, FIELD_MANAGER)
+
+
+class AddonInstaller:
+    """Applies each tenant's add-ons once it has a node, and again only when they change (or after a
+    restart): the digest of what was last applied is kept per tenant (by uid)."""
+
+    def __init__(self, service_cidr: str) -> None:
+        self.service_cidr = service_cidr
+        self._applied: dict[str, str] = {}
+
+    def forget(self, uid: str) -> None:
+        self._applied.pop(uid, None)
+
+    async def ensure(self, vc: VirtualCluster, tenant: KubeClient, endpoint: str) -> None:
+        """A tenant that refuses them is retried on the next pass: its nodes and control plane are fine
+        meanwhile."""
+        meta = vc.meta
+        objs = manifests(endpoint, self.service_cidr)
+        key = digest(objs)
+        if self._applied.get(meta.uid) == key:
+            return
+        try:
+            await ensure(tenant, objs)
+        except (HostUnavailable, HostError) as e:
+            log.warning("installing the add-ons of %s/%s: %s", meta.namespace, meta.name, e)
+            return
+        self._applied[meta.uid] = key
+        log.info("add-ons of %s/%s applied (kube-proxy, CoreDNS, kubernetes endpoints at %s)",
+                 meta.namespace, meta.name, endpoint)

@@ -2,19 +2,18 @@
 
 A pass acts first (PKI, runtime, nodes) and gathers what it saw in an :class:`Observed`. The new
 status, the event to record and when to look again follow from the object and that observation
-alone: the functions here do no I/O and take the time as an argument. :func:`write_status` then
-writes the status once, through ``/status``, guarded by the object's resourceVersion.
+alone: the functions here do no I/O and take the time as an argument. The controller then writes
+the status once, through ``/status``, guarded by the object's resourceVersion.
 
 Phases as API.md says: ``Pending`` (accepted) → ``Preparing`` (PKI and components being built) →
 ``Initialized`` (control plane ready, nodes joining) → ``Completed``; ``Updating`` while nodes
 change under a completed cluster; ``Hibernating`` → ``Hibernated`` → ``Waking`` (then on as a
-build) when hibernation is asked for or inactivity calls for it (:func:`hibernation`);
+build) when hibernation is asked for or inactivity calls for it (:mod:`.inactivity`);
 ``Deleting`` during teardown.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,14 +21,11 @@ from apiserver.apis import hibernation as sleep
 from apiserver.apis.conditions import set_condition
 from apiserver.apis.resource import CONTROL_PLANE_READY, NODES_READY, READY
 from apiserver.apis.virtualcluster import VirtualCluster
-from apiserver.machinery import errors
-from apiserver.machinery.jsonutil import Obj, merge_patch
-from apiserver.machinery.timefmt import rfc3339
-from apiserver.registry.rest import WriteOptions
-from apiserver.registry.store import Registry
+from apiserver.machinery.jsonutil import Obj
 from reconciler.backup.etcd import RESTORE_FAILED
+from reconciler.controlplane.inactivity import Hibernation
 from reconciler.nodes.promoter import NodeReport
-from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, RuntimeFailure
+from reconciler.runtime.base import ControlPlaneState, RuntimeFailure
 
 CONDITIONS = (CONTROL_PLANE_READY, NODES_READY, READY)
 HIBERNATED = sleep.CONDITION
@@ -106,14 +102,6 @@ class Observed:
 
 
 @dataclass(frozen=True)
-class Hibernation:
-    """The cluster should be hibernated: why (the Hibernated condition's reason and message)."""
-
-    reason: str  # sleep.SPEC or sleep.INACTIVE
-    message: str
-
-
-@dataclass(frozen=True)
 class Stopping:
     """What a hibernation pass found: the nodes' host not answering, the runtime's failure, or
     whether every component has stopped."""
@@ -121,53 +109,6 @@ class Stopping:
     stopped: bool = False
     failure: RuntimeFailure | None = None
     unreachable: str = ""
-
-
-def idle_since(obj: Obj, last_request: dt.datetime | None) -> dt.datetime | None:
-    """Since when a running control plane has had no user: its last user request, its start (a new
-    or woken control plane gets the whole afterInactivity), or the last wake request, whichever is
-    latest. None while the control plane is not running."""
-    up = VirtualCluster(obj).status.true_since(CONTROL_PLANE_READY)
-    if up is None:
-        return None
-    return max(t for t in (up, last_request, sleep.wake_requested_at(obj)) if t is not None)
-
-
-def inactivity_due(obj: Obj, now: dt.datetime, last_request: dt.datetime | None) -> bool:
-    """Whether ``afterInactivity`` has passed for a running, awake cluster, counting from
-    :func:`idle_since` with the ``last_request`` known so far (the reconciler then reads the
-    runtime's audit log to see whether a later request resets the clock)."""
-    spec = VirtualCluster(obj).spec.hibernation
-    if spec.hibernated or spec.after_inactivity is None or sleep.asleep(obj):
-        return False
-    since = idle_since(obj, last_request)
-    return since is not None and now - since >= spec.after_inactivity
-
-
-def hibernation(obj: Obj, now: dt.datetime, last_request: dt.datetime | None) -> Hibernation | None:
-    """Whether the cluster should be hibernated now, and why; None: it should run.
-
-    ``spec.hibernation.hibernated`` decides alone while true. A cluster hibernated for inactivity
-    stays so until it is asked to wake (:func:`apiserver.apis.hibernation.wake_pending`) or
-    ``afterInactivity`` is removed; an awake one goes to sleep once :func:`inactivity_due`, with
-    ``last_request`` the latest user request its runtime has seen."""
-    vc = VirtualCluster(obj)
-    spec = vc.spec.hibernation
-    if spec.hibernated:
-        return Hibernation(sleep.SPEC, "spec.hibernation.hibernated is true")
-    if sleep.asleep(obj) == sleep.INACTIVE:
-        if spec.after_inactivity is None or sleep.wake_pending(obj):
-            return None
-        cond = vc.status.condition(HIBERNATED) or {}
-        return Hibernation(sleep.INACTIVE, str(cond.get("message") or ""))
-    if not inactivity_due(obj, now, last_request):
-        return None
-    since = idle_since(obj, last_request)
-    assert since is not None, "inactivity is only due for a running control plane"
-    wake = (" (fetching its kubeconfig wakes it)" if spec.wake_on_access else
-            f" (the annotation {sleep.WAKE_ANNOTATION} set to the current time wakes it)")
-    return Hibernation(sleep.INACTIVE, f"no request from a user since {rfc3339(since)}, for longer than "
-                                       f"spec.hibernation.afterInactivity ({spec.after_inactivity_text}){wake}")
 
 
 def hibernating(obj: Obj, why: Hibernation, now: str) -> Outcome:
@@ -213,17 +154,13 @@ def _awake(obj: Obj, status: NextStatus, ready: bool, runtime: str) -> None:
     if not spec.used and vc.status.condition(HIBERNATED) is None:
         return
     if not ready:
-        if vc.status.condition(HIBERNATED) is not None and (sleep.asleep(obj) or _waking(obj)):
+        if vc.status.condition(HIBERNATED) is not None and (vc.asleep or vc.waking):
             status.condition(HIBERNATED, False, "Waking", f"waking: starting the control plane from its data "
                                                           f"({runtime} runtime)")
         return
     after = (f"; it hibernates after {spec.after_inactivity_text} without a request from a user"
              if spec.after_inactivity else "")
     status.condition(HIBERNATED, False, "Awake", f"the control plane runs{after}")
-
-
-def _waking(obj: Obj) -> bool:
-    return VirtualCluster(obj).status.phase in (*sleep.HIBERNATION_PHASES, "Waking")
 
 
 def accepted(obj: Obj, now: str) -> Outcome:
@@ -269,7 +206,7 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
     vc = VirtualCluster(obj)
     status = NextStatus(obj, now)
     # a woken control plane is Waking until it is ready again, as a new one is Preparing
-    building = "Waking" if _waking(obj) else "Preparing"
+    building = "Waking" if vc.waking else "Preparing"
     if not vc.status.is_true(CONTROL_PLANE_READY):
         if building == "Waking":
             status.phase("Waking", "Waking", f"waking: starting the control plane from its data ({runtime} runtime)")
@@ -346,32 +283,3 @@ def _nodes(obj: Obj, status: NextStatus, report: NodeReport, endpoint: str) -> N
         status.phase("Updating", reason, f"{counts}: {problems}")
     else:
         status.phase("Initialized", reason, f"{counts}: {problems}")
-
-
-# -- writing -----------------------------------------------------------------------------
-
-async def patch_object(registry: Registry, obj: Obj, body: Obj, subresource: str = "") -> Obj:
-    """A merge patch guarded by the object's resourceVersion (a stale view is a 409, retried by the queue)."""
-    meta = obj["metadata"]
-    body.setdefault("metadata", {})["resourceVersion"] = meta["resourceVersion"]
-
-    async def patched(current: Obj) -> Obj:
-        new = merge_patch(current, body)
-        unknown = registry.strategy.prune(new)
-        if unknown:  # the reconciler writes only what the schema knows: anything else is a bug here
-            raise errors.internal(f"the reconciler wrote fields the schema does not know: {', '.join(unknown)}")
-        return new
-    result = await registry.update_with(meta["namespace"], meta["name"], patched,
-                                             WriteOptions(field_manager=FIELD_MANAGER), subresource)
-    return result.obj
-
-
-def _comparable(status: Obj) -> Obj:
-    return {k: v for k, v in status.items() if k != "updateTime"}
-
-
-async def write_status(registry: Registry, obj: Obj, status: Obj) -> Obj:
-    """One write of ``status`` through ``/status``; none when nothing but updateTime would change."""
-    if _comparable(status) == _comparable(VirtualCluster(obj).status.raw):
-        return obj
-    return await patch_object(registry, obj, {"status": status}, "status")

@@ -23,8 +23,8 @@ from apiserver.storage.etcd3 import Store
 from apiserver.storage.secrets import SecretStore, generate_key_file, load_key_file
 from certs.tenant import TenantPki
 from hack.harness import Etcd, free_port
-from reconciler.controlplane.controller import Backoff, ControlPlaneController, Requeue
-from reconciler.controlplane.status import HEALTH_CHECK, POLL, RUNTIME_RETRY, patch_object
+from reconciler.controlplane.controller import Backoff, ControlPlaneController, Requeue, patch_object
+from reconciler.controlplane.status import HEALTH_CHECK, POLL, RUNTIME_RETRY
 from reconciler.loop.leader import LeaderElector
 from reconciler.loop.workqueue import WorkQueue
 from reconciler.nodes.kwokjoiner import KwokJoiner

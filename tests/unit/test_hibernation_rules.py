@@ -14,8 +14,9 @@ from apiserver.apis import schema
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.endpoints import openapi
 from apiserver.machinery.golang import parse_duration
-from reconciler.controlplane import status
-from reconciler.controlplane.status import Hibernation, Observed, Stopping
+from reconciler.controlplane import inactivity, status
+from reconciler.controlplane.inactivity import Hibernation
+from reconciler.controlplane.status import Observed, Stopping
 from reconciler.runtime import audit
 from reconciler.runtime.base import ControlPlaneState, RuntimeFailure
 
@@ -128,68 +129,70 @@ def test_openapi_publishes_the_hibernation_fields_their_format_and_default() -> 
 
 def test_the_spec_hibernates_whatever_the_activity() -> None:
     obj = running({"hibernated": True, "afterInactivity": "1h"})
-    assert status.hibernation(obj, at(1), at(1)) == Hibernation("Hibernated", "spec.hibernation.hibernated is true")
+    why = inactivity.hibernation(VirtualCluster(obj), at(1), at(1))
+    assert why == Hibernation("Hibernated", "spec.hibernation.hibernated is true")
 
 
 def test_no_hibernation_without_after_inactivity_or_spec() -> None:
-    assert status.hibernation(running(), at(10**6), None) is None
-    assert status.hibernation(running({"wakeOnAccess": True}), at(10**6), None) is None
+    assert inactivity.hibernation(VirtualCluster(running()), at(10**6), None) is None
+    assert inactivity.hibernation(VirtualCluster(running({"wakeOnAccess": True})), at(10**6), None) is None
 
 
 def test_inactivity_counts_from_the_control_plane_start_then_from_the_last_user_request() -> None:
     obj = running({"afterInactivity": "30m"}, up_since=0)
-    assert not status.inactivity_due(obj, at(1799), None)
-    assert status.inactivity_due(obj, at(1800), None)
-    assert status.hibernation(obj, at(1799), None) is None
-    why = status.hibernation(obj, at(1800), None)
+    assert not inactivity.inactivity_due(VirtualCluster(obj), at(1799), None)
+    assert inactivity.inactivity_due(VirtualCluster(obj), at(1800), None)
+    assert inactivity.hibernation(VirtualCluster(obj), at(1799), None) is None
+    why = inactivity.hibernation(VirtualCluster(obj), at(1800), None)
     assert why is not None and why.reason == "Inactive"
     assert why.message == (f"no request from a user since {stamp(0)}, for longer than spec.hibernation.afterInactivity"
                            f" (30m) (fetching its kubeconfig wakes it)")
     # a request at 1000s moves the clock: due at 2800s, not before
-    assert status.hibernation(obj, at(2799), at(1000)) is None
-    assert not status.inactivity_due(obj, at(2799), at(1000))
-    why = status.hibernation(obj, at(2800), at(1000))
+    assert inactivity.hibernation(VirtualCluster(obj), at(2799), at(1000)) is None
+    assert not inactivity.inactivity_due(VirtualCluster(obj), at(2799), at(1000))
+    why = inactivity.hibernation(VirtualCluster(obj), at(2800), at(1000))
     assert why is not None and stamp(1000) in why.message
     # a request older than the control plane's start does not count against it
-    assert status.hibernation(running({"afterInactivity": "30m"}, up_since=5000), at(6000), at(10)) is None
+    restarted = VirtualCluster(running({"afterInactivity": "30m"}, up_since=5000))
+    assert inactivity.hibernation(restarted, at(6000), at(10)) is None
 
 
 def test_a_wake_request_on_a_running_cluster_resets_the_clock() -> None:
     obj = running({"afterInactivity": "30m"}, annotations={sleep.WAKE_ANNOTATION: stamp(1000)})
-    assert status.hibernation(obj, at(2000), None) is None
-    assert status.hibernation(obj, at(2800), None) is not None
+    assert inactivity.hibernation(VirtualCluster(obj), at(2000), None) is None
+    assert inactivity.hibernation(VirtualCluster(obj), at(2800), None) is not None
 
 
 def test_a_control_plane_that_is_not_running_is_not_hibernated_for_inactivity() -> None:
     obj = running({"afterInactivity": "1m"})
     obj["status"]["conditions"][0] = cond("ControlPlaneReady", "False", "Starting", 0)
-    assert not status.inactivity_due(obj, at(10**5), None)
-    assert status.hibernation(obj, at(10**5), None) is None
+    assert not inactivity.inactivity_due(VirtualCluster(obj), at(10**5), None)
+    assert inactivity.hibernation(VirtualCluster(obj), at(10**5), None) is None
 
 
 def test_a_cluster_hibernated_for_inactivity_sleeps_until_asked_to_wake() -> None:
     obj = asleep({"afterInactivity": "30m", "wakeOnAccess": True}, "Inactive", since=100)
-    why = status.hibernation(obj, at(10**6), None)
+    why = inactivity.hibernation(VirtualCluster(obj), at(10**6), None)
     assert why == Hibernation("Inactive", "no request from a user since ...")  # its message is kept as it was
-    assert not sleep.wake_pending(obj)
+    assert not VirtualCluster(obj).wake_pending
     # a wake request older than the sleep is a stale one
     stale = asleep({"afterInactivity": "30m"}, "Inactive", since=100, annotations={sleep.WAKE_ANNOTATION: stamp(99)})
-    assert status.hibernation(stale, at(200), None) is not None
+    assert inactivity.hibernation(VirtualCluster(stale), at(200), None) is not None
     for woken in (asleep({"afterInactivity": "30m"}, "Inactive", since=100,
                          annotations={sleep.WAKE_ANNOTATION: stamp(100)}),
                   asleep({"wakeOnAccess": True}, "Inactive", since=100)):  # afterInactivity removed
-        assert status.hibernation(woken, at(200), None) is None
+        assert inactivity.hibernation(VirtualCluster(woken), at(200), None) is None
     # an annotation that is no time is no request
     garbage = asleep({"afterInactivity": "30m"}, "Inactive", since=100, annotations={sleep.WAKE_ANNOTATION: "now"})
-    assert status.hibernation(garbage, at(200), None) is not None
+    assert inactivity.hibernation(VirtualCluster(garbage), at(200), None) is not None
 
 
 def test_a_cluster_hibernated_by_the_spec_wakes_only_by_the_spec() -> None:
     obj = asleep({"hibernated": True}, "Hibernated", since=100, annotations={sleep.WAKE_ANNOTATION: stamp(200)})
-    assert status.hibernation(obj, at(300), None) is not None
-    assert not sleep.wake_pending(obj)
+    assert inactivity.hibernation(VirtualCluster(obj), at(300), None) is not None
+    assert not VirtualCluster(obj).wake_pending
     obj["spec"]["hibernation"]["hibernated"] = False
-    assert status.hibernation(obj, at(300), None) is None
+    assert inactivity.hibernation(VirtualCluster(obj), at(300), None) is None
 
 
 def test_the_spec_view_reads_defaults_and_durations() -> None:
