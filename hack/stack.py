@@ -102,6 +102,11 @@ class Stack:
         else:
             say(f"host cluster    already healthy at {self.host.url}")
         existing = {n for n in self.host.kubectl("get", "nodes", "-o", "name").stdout.split()}
+        if self.real_nodes and "node/node-control-plane" in existing:
+            # The kwok control-plane node of an earlier `make up`: with real nodes the control plane is a real one.
+            self.host.kubectl("delete", "node", "node-control-plane", "--wait=false", check=False)
+            existing.discard("node/node-control-plane")
+            say("host nodes      removed the kwok control-plane node of the playground without real nodes")
         if len([n for n in existing if n != "node/node-control-plane"]) < nodes:
             # With real nodes, the control-plane node is a real one (tenant control planes run there).
             create_fake_nodes(self.host, nodes, control_plane=not self.real_nodes)

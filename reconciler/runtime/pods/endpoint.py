@@ -10,6 +10,7 @@ address works; a control-plane node's is given because it is stable and is where
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,26 @@ __all__ = ["Endpoints"]
 log = logging.getLogger(__name__)
 
 NODE_CACHE_TTL = 60.0  # seconds an endpoint node address is trusted before it is looked up again
+
+
+def serving_address(node: Obj) -> tuple[str, str] | None:
+    """(name, InternalIP) of a control-plane node users can reach a tenant apiserver through: Ready, not
+    being deleted, and with a routable InternalIP. A stale node left by another lab mode, a NotReady one,
+    or one whose address is loopback (127.0.0.1 is the asker itself, in a pod) never counts."""
+    meta, status = node.get("metadata") or {}, node.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    if not ready or meta.get("deletionTimestamp"):
+        return None
+    for address in status.get("addresses") or []:
+        if address.get("type") != "InternalIP":
+            continue
+        try:
+            ip = ipaddress.ip_address(str(address.get("address")))
+        except ValueError:
+            continue
+        if not (ip.is_loopback or ip.is_unspecified or ip.is_link_local):
+            return str(meta.get("name")), str(ip)
+    return None
 
 
 @dataclass
@@ -57,8 +78,8 @@ class Endpoints:
             if self._nodes is None:
                 raise RuntimeFailure("LookingUpEndpoint", "looking up the host's control-plane nodes for the "
                                                           "tenant apiserver's address; retrying shortly")
-            raise RuntimeFailure("NoControlPlaneNode", f"no host node labelled {CONTROL_PLANE_ROLE} has an "
-                                                       f"InternalIP; set spec.externalIP or label a node")
+            raise RuntimeFailure("NoControlPlaneNode", f"no host node labelled {CONTROL_PLANE_ROLE} is Ready with a "
+                                                       f"routable InternalIP; set spec.externalIP or label a node")
         return self._nodes[0][1]
 
     def node(self, address: str) -> str | None:
@@ -80,15 +101,10 @@ class Endpoints:
             log.warning("looking up control-plane nodes: %s", e)
 
     async def refresh_nodes(self) -> None:
-        """Cache (name, InternalIP) of the host's control-plane nodes, sorted by name. A failure is the
-        caller's to explain: a lookup in the background only logs it."""
+        """Cache (name, InternalIP) of the host's control-plane nodes that can serve, sorted by name. A
+        failure is the caller's to explain: a lookup in the background only logs it."""
         nodes = await self.host.client.get(paths.path("Node"), labelSelector=CONTROL_PLANE_ROLE)
-        found = []
-        for node in nodes.get("items", []):
-            addresses = (node.get("status") or {}).get("addresses") or []
-            ip = next((a["address"] for a in addresses if a.get("type") == "InternalIP"), None)
-            if ip:
-                found.append((node["metadata"]["name"], ip))
+        found = [served for served in map(serving_address, nodes.get("items", [])) if served is not None]
         self._nodes, self._nodes_at = sorted(found), time.monotonic()
 
     async def fresh_nodes(self) -> None:
