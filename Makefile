@@ -73,6 +73,11 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	@touch $(BENCH_STAMP)
 
+# docs/metering.png and docs/metering.json, from a short run of two tenants on the playground.
+.PHONY: metering-chart
+metering-chart: env bins $(BENCH_STAMP)
+	$(PY) -m hack.meteringchart
+
 .PHONY: bench
 bench: env bins node-packages $(BENCH_STAMP)
 	$(PY) -m bench $(BENCH_ARGS)

@@ -72,10 +72,13 @@ def wire_reconciler(server: Server, config: ReconcilerConfig) -> None:
     """The embedded loop, started and stopped with the server's app, given what it works with."""
     from reconciler.manager import attach  # the embedded loop is optional; import it only when used
 
+    runtime = config.new_runtime(server.host)
+    if runtime is not None:
+        server.tenant_metrics.usage = runtime.usage
     attach(server.app, registry=server.registry, cache=server.cache, etcd=server.etcd, host=server.host,
-           events=server.events, secrets=server.secrets, runtime=config.new_runtime(server.host),
+           events=server.events, secrets=server.secrets, runtime=runtime,
            lease_duration=config.lease_duration, identity=config.identity, workers=config.workers,
-           joiner=config.new_joiner(server.host, server.secrets))
+           joiner=config.new_joiner(server.host, server.secrets), slice_overcommit=config.slice_overcommit)
 
 
 async def serve(completed: CompletedConfig, reconciler: ReconcilerConfig | None) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -24,6 +25,7 @@ from reconciler.loop.leader import LeaderElector
 from reconciler.loop.workqueue import WorkQueue
 from reconciler.nodes.kwokjoiner import KwokJoiner
 from reconciler.nodes.promoter import NodeJoiner, NodePromoter
+from reconciler.quota import QuotaRecount
 from reconciler.runtime.base import ControlPlaneRuntime, RuntimeFailure
 from reconciler.runtime.process import ProcessRuntime
 from reconciler.shared.slices import SharedSlices
@@ -42,7 +44,7 @@ class Manager:
     def __init__(self, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
                  events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
                  identity: str, lease_duration: int, workers: int = 4, resync_period: float = 60.0,
-                 joiner: NodeJoiner | None = None) -> None:
+                 joiner: NodeJoiner | None = None, slice_overcommit: float = 1.0) -> None:
         self.registry = registry
         self.cache = cache
         self.workers = workers
@@ -53,9 +55,10 @@ class Manager:
             joiner = KwokJoiner(runtime)  # the playground's and the tests' default
         if host is not None and joiner is not None:
             self.nodes = NodePromoter(host, joiner, events)
-        self.slices = SharedSlices(host, events) if host is not None else None
+        self.slices = SharedSlices(host, events, slice_overcommit) if host is not None else None
         self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes,
                                                  self.slices)
+        self.quota = QuotaRecount(host, registry) if host is not None else None
         self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
 
@@ -72,8 +75,10 @@ class Manager:
     async def _lead(self) -> None:
         """Run while leader; cancelled the moment leadership is lost."""
         queue = WorkQueue(max_delay=MAX_BACKOFF)
-        informer = Informer(self.cache, queue.add, self.resync_period)
+        informer = Informer(self.cache, self._changed(queue), self.resync_period)
         tasks = [asyncio.create_task(informer.run(), name="informer")]
+        if self.quota is not None:
+            tasks.append(asyncio.create_task(self.quota.run(), name="quota-recount"))
         tasks.append(asyncio.create_task(self._janitor(), name="janitor"))
         tasks += [asyncio.create_task(self._worker(queue), name=f"worker-{i}") for i in range(self.workers)]
         try:
@@ -87,6 +92,14 @@ class Manager:
                 await self.slices.stop_all()
             if self.runtime is not None:  # what it kept between passes is stale once another leads
                 await self.runtime.release()
+
+    def _changed(self, queue: WorkQueue) -> Callable[[str], None]:
+        """What a changed VirtualCluster sets off: its reconcile, and its namespace's quota recount."""
+        def changed(key: str) -> None:
+            queue.add(key)
+            if self.quota is not None:
+                self.quota.changed(split_key(key)[0])
+        return changed
 
     async def _exists(self, namespace: str, name: str) -> bool:
         try:
@@ -161,11 +174,12 @@ class Manager:
 def attach(app: web.Application, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
            events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
            lease_duration: int = 15, identity: str = "", workers: int = 4,
-           joiner: NodeJoiner | None = None) -> Manager:
+           joiner: NodeJoiner | None = None, slice_overcommit: float = 1.0) -> Manager:
     """A manager that starts with the application and stops first when it shuts down."""
     manager = Manager(registry=registry, cache=cache, etcd=etcd, host=host, events=events, secrets=secrets,
                       runtime=runtime, identity=identity or f"{socket.gethostname()}:{os.getpid()}",
-                      lease_duration=lease_duration, workers=workers, joiner=joiner)
+                      lease_duration=lease_duration, workers=workers, joiner=joiner,
+                      slice_overcommit=slice_overcommit)
 
     async def on_startup(_: web.Application) -> None:
         await manager.start()

@@ -219,6 +219,26 @@ class NodeJoinerOptions:
                             agent_client_key_file=self.node_agent_client_key_file or None)
 
 
+@dataclass(frozen=True)
+class SliceOptions:
+    """How much of the host shared slices may be promised."""
+
+    TITLE: ClassVar[str] = "Shared slice flags"
+
+    slice_overcommit: float
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        p = parser.add_argument_group(cls.TITLE)
+        p.add_argument("--slice-overcommit", type=float, default=1.0,
+                       help="how many times the cpu and memory of the host's slice pool (Ready, schedulable, "
+                            "untainted nodes) the shared slices may promise together; 1 promises no more than "
+                            "the host has: a slice that does not fit waits, Pending")
+
+    def validate(self) -> list[str]:
+        return [] if self.slice_overcommit > 0 else [f"--slice-overcommit must be positive, got {self.slice_overcommit:g}"]
+
+
 # -- the whole ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -232,6 +252,7 @@ class ReconcilerConfig:
     runtime: RuntimeConfig
     snapshots: SnapshotConfig
     joiner: JoinerConfig
+    slice_overcommit: float = 1.0
 
     def new_runtime(self, host: KubeClient | None = None) -> ControlPlaneRuntime | None:
         """The control-plane runtime the flags ask for; None for ``--control-plane-runtime=none``."""
@@ -281,12 +302,14 @@ class ReconcilerOptions(OptionSet):
 
     GROUPS: ClassVar[dict[str, Any]] = {
         "loop": LoopOptions, "runtime": RuntimeOptions, "snapshots": SnapshotOptions, "joiner": NodeJoinerOptions,
+        "slices": SliceOptions,
     }
 
     loop: LoopOptions
     runtime: RuntimeOptions
     snapshots: SnapshotOptions
     joiner: NodeJoinerOptions
+    slices: SliceOptions
 
     @property
     def enabled(self) -> bool:
@@ -305,7 +328,8 @@ class ReconcilerOptions(OptionSet):
             return None
         return ReconcilerConfig(lease_duration=self.loop.leader_elect_lease_duration, identity=self.loop.identity,
                                 workers=self.loop.concurrent_reconciles, runtime=self.runtime.to_config(),
-                                snapshots=self.snapshots.to_config(), joiner=self.joiner.to_config())
+                                snapshots=self.snapshots.to_config(), joiner=self.joiner.to_config(),
+                                slice_overcommit=self.slices.slice_overcommit)
 
 
 def ephemeral_port_range() -> tuple[int, int] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -54,8 +55,9 @@ def expiration(query: Any, maximum: int) -> int:
 
 class KubeconfigIssuer:
     def __init__(self, rest: KubeconfigREST, events: EventRecorder, max_expiration: int,
-                 wake_estimate: int = 30) -> None:
+                 wake_estimate: int = 30, issued: Callable[[str, str], None] = lambda _ns, _name: None) -> None:
         self.rest = rest
+        self.issued = issued  # told of each credential issued (namespace, name): metering
         self.events = events
         self.max_expiration = max_expiration
         self.wake_estimate = wake_estimate  # seconds a hibernated control plane usually takes to be ready
@@ -132,6 +134,7 @@ class KubeconfigIssuer:
         config = pki.kubeconfig(vc.status.endpoint, tenant.files["ca.crt"], user.name,
                                 credential.cert_pem, credential.key_pem, cluster=cluster,
                                 context=f"{cluster}")
+        self.issued(namespace, name)
         await self.events.record(obj, "Normal", "KubeconfigIssued",
                                  f"kubeconfig issued to {user.name}, valid until "
                                  f"{rfc3339(not_after)}")

@@ -119,6 +119,10 @@ class KubeClient:
     async def create(self, path: str, body: Any, **params: str) -> Any:
         return await self.request("POST", path, body=body, params=params or None)
 
+    async def replace(self, path: str, body: Any, **params: str) -> Any:
+        """PUT: the object as given, guarded by the resourceVersion it carries (a stale one is a 409)."""
+        return await self.request("PUT", path, body=body, params=params or None)
+
     async def patch(self, path: str, body: Any, patch_type: str = "application/merge-patch+json", **params: str) -> Any:
         return await self.request("PATCH", path, body=body, content_type=patch_type, params=params or None)
 

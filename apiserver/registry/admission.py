@@ -1,21 +1,51 @@
-"""Admission: aggregated resources get no host admission, so we do it (namespace lifecycle), and the
-authorization a create needs beyond its verb (restoring another VirtualCluster's snapshot)."""
+"""Admission: aggregated resources get no host admission, so we do it (namespace lifecycle, host quota in
+:mod:`.quota`), and the authorization a write needs beyond its verb (restoring another VirtualCluster's
+snapshot, promoting host nodes).
+
+Each plugin sees an :class:`AdmissionRequest`, as kube's admission.Attributes: a create (``old`` None) or
+an update of the main resource (not ``/status``), after validation and before storage; on an update it
+may run again when a concurrent write wins. A refusal is an :class:`~apiserver.machinery.errors.ApiError`."""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
+from apiserver.apis.quota import PROMOTED_NODES, usage
 from apiserver.apis.resource import ResourceInfo
 from apiserver.auth.authn import Attributes, Authorizer, UserInfo, forbidden_message
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.machinery import errors
+from apiserver.machinery.jsonutil import Obj
 
 ACTIVE_TTL = 5.0
 
 
+@dataclass(frozen=True)
+class AdmissionRequest:
+    info: ResourceInfo
+    obj: Obj  # the object to be stored (validated, defaulted)
+    old: Obj | None  # the stored object an update replaces; None on a create
+    user: UserInfo | None  # None: the server's own write
+    dry_run: bool = False  # check, but change nothing outside the request (no quota charged)
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"].get("name") or "")
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj["metadata"]["namespace"])
+
+    def forbidden(self, message: str) -> errors.ApiError:
+        """kube's 403 for a refused write: ``<resource>.<group> "<name>" is forbidden: <message>``."""
+        return errors.ApiError(403, "Forbidden", f'{self.info.qualified} "{self.name}" is forbidden: {message}',
+                               name=self.name, group=self.info.group, kind=self.info.resource)
+
+
 class Admission(Protocol):
-    async def admit_create(self, info: ResourceInfo, obj: dict[str, Any], user: UserInfo | None) -> None: ...
+    async def admit(self, request: AdmissionRequest) -> None: ...
 
 
 class NamespaceLifecycle:
@@ -25,8 +55,10 @@ class NamespaceLifecycle:
         self.client = client
         self._active: dict[str, float] = {}
 
-    async def admit_create(self, info: ResourceInfo, obj: dict[str, Any], user: UserInfo | None) -> None:
-        meta = obj["metadata"]
+    async def admit(self, request: AdmissionRequest) -> None:
+        if request.old is not None:
+            return
+        info, meta = request.info, request.obj["metadata"]
         namespace = meta["namespace"]
         if self._active.get(namespace, 0.0) > time.monotonic():
             return
@@ -67,16 +99,54 @@ class RestoreAuthorization:
     def __init__(self, authorizer: Authorizer) -> None:
         self.authorizer = authorizer
 
-    async def admit_create(self, info: ResourceInfo, obj: dict[str, Any], user: UserInfo | None) -> None:
+    async def admit(self, request: AdmissionRequest) -> None:
+        obj, user = request.obj, request.user
         source = (obj.get("spec") or {}).get("restoreFrom") if isinstance(obj.get("spec"), dict) else None
-        if user is None or not isinstance(source, dict) or not isinstance(source.get("virtualCluster"), str):
+        if request.old is not None or user is None or not isinstance(source, dict) \
+                or not isinstance(source.get("virtualCluster"), str):
             return
-        meta = obj["metadata"]
-        attrs = snapshot_attributes(info, meta["namespace"], source["virtualCluster"])
+        attrs = snapshot_attributes(request.info, request.namespace, source["virtualCluster"])
         allowed, reason = await self.authorizer.authorize(user, attrs)
-        if allowed:
+        if not allowed:
+            raise request.forbidden(forbidden_message(user, attrs, reason))
+
+
+PROMOTE = "promote"  # the subresource promoting host nodes is authorized as (not served: a name for RBAC)
+
+
+def promote_attributes(info: ResourceInfo, namespace: str, name: str) -> Attributes:
+    """``create`` on ``virtualclusters/promote`` of ``name``: what taking whole host nodes takes (as
+    ``create pods/eviction`` is what evicting takes: promotion drains the nodes it takes)."""
+    return Attributes(verb="create", path=f"/apis/{info.group_version}/namespaces/{namespace}/{info.resource}/{name}/"
+                                          f"{PROMOTE}", resource_request=True, namespace=namespace, group=info.group,
+                      version=info.version, resource=info.resource, subresource=PROMOTE, name=name)
+
+
+def _named_nodes(obj: Obj | None) -> set[str]:
+    resources = ((obj or {}).get("spec") or {}).get("promoteResources") or {}
+    infos = [i.get("nodeName") for i in resources.get("nodeInfos") or [] if isinstance(i, dict)]
+    return {str(n) for n in [*(resources.get("nodes") or []), *infos]}
+
+
+class PromoteAuthorization:
+    """Promotion cordons and drains whole host nodes, evicting other teams' pods from them: a create that
+    promotes any node (by policy, name, nodeInfos or Dedicated resources), and an update that promotes
+    more nodes or names a new one, need ``create`` on ``virtualclusters/promote`` of that VirtualCluster,
+    asked of the server's authorizer. The aggregated admin and edit roles do not carry it: a platform
+    team grants it. A scale-down always passes; writes of the server itself (no user) pass."""
+
+    def __init__(self, authorizer: Authorizer) -> None:
+        self.authorizer = authorizer
+
+    async def admit(self, request: AdmissionRequest) -> None:
+        user = request.user
+        if user is None:
             return
-        name = meta.get("name", "")
-        raise errors.ApiError(403, "Forbidden",
-                              f'{info.qualified} "{name}" is forbidden: {forbidden_message(user, attrs, reason)}',
-                              name=name, group=info.group, kind=info.resource)
+        wanted = usage(request.obj.get("spec"))[PROMOTED_NODES]
+        had = usage(request.old.get("spec"))[PROMOTED_NODES] if request.old is not None else 0
+        if wanted <= had and _named_nodes(request.obj) <= _named_nodes(request.old):
+            return
+        attrs = promote_attributes(request.info, request.namespace, request.name)
+        allowed, reason = await self.authorizer.authorize(user, attrs)
+        if not allowed:
+            raise request.forbidden(forbidden_message(user, attrs, reason))

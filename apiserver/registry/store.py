@@ -21,7 +21,7 @@ from apiserver.machinery.fieldpath import type_errors
 from apiserver.machinery.golang import go_bad_value, go_quote, parse_uint64
 from apiserver.machinery.jsonutil import json_copy
 from apiserver.machinery.timefmt import now_rfc3339
-from apiserver.registry.admission import Admission
+from apiserver.registry.admission import Admission, AdmissionRequest
 from apiserver.registry.dryrun import DryRunnableStorage
 from apiserver.registry.fieldmanager import FieldManager, timestamps_only_changed
 from apiserver.registry.rest import (
@@ -139,8 +139,7 @@ class Registry:
         if causes:
             name = meta.get("name") or meta.get("generateName") or ""
             raise self._invalid(name if isinstance(name, str) else "", causes, obj)
-        for plugin in self.admission:
-            await plugin.admit_create(self.info, obj, opts.user)
+        await self._admit(AdmissionRequest(self.info, obj, None, opts.user, opts.dry_run))
         warnings = self.strategy.warnings_on_create(obj)
         if requested_rv and not opts.dry_run:
             raise errors.bad_request("resourceVersion should not be set on objects to be created")
@@ -241,6 +240,8 @@ class Registry:
                 new["metadata"]["managedFields"] = managed_fields
             if timestamps_only_changed(new, current):
                 new["metadata"]["managedFields"] = current["metadata"]["managedFields"]
+            if not subresource:
+                await self._admit(AdmissionRequest(self.info, new, current, opts.user, opts.dry_run))
             warnings[:] = self.strategy.warnings_on_update(new, current)
             return new
         warnings: list[str] = []
@@ -248,6 +249,10 @@ class Registry:
             _, new = await self._writes.guaranteed_update(namespace, name, update, opts.dry_run,
                                                           expected_rv=expected_rv)
         return Result(new, warnings)
+
+    async def _admit(self, request: AdmissionRequest) -> None:
+        for plugin in self.admission:
+            await plugin.admit(request)
 
     def _prepare_update(self, new: Obj, old: Obj, subresource: str) -> Obj:
         """System fields restored from the stored object, then the strategy's rules, then validation."""

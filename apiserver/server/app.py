@@ -37,6 +37,7 @@ from apiserver.server.filters import (
 )
 from apiserver.server.healthz import Check, health_routes
 from apiserver.server.metrics import Metrics
+from apiserver.server.tenantmetrics import TenantMetrics
 from apiserver.storage.cacher import WatchCache
 from apiserver.storage.secrets import SecretStore
 from apiserver.transport.http2 import AlpnSite
@@ -79,6 +80,7 @@ class Server:
     secrets: SecretStore | None
     host: KubeClient | None
     events: EventRecorder
+    tenant_metrics: TenantMetrics  # metering; the composition root hands it the runtime's usage
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down as kube-apiserver does."""
@@ -120,7 +122,8 @@ class Server:
 
 def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualClusterStorage, events: EventRecorder,
               metrics: Metrics, authenticator: Authenticator, authorizer: Authorizer, limits: LimitsConfig,
-              kubeconfig: KubeconfigConfig, version: dict[str, str], lifecycle: Lifecycle) -> web.Application:
+              kubeconfig: KubeconfigConfig, version: dict[str, str], lifecycle: Lifecycle,
+              tenant_metrics: TenantMetrics) -> web.Application:
     """The routes and the filter chain over what the server serves with; the app starts etcd and the
     watch cache, and stops them last."""
     app = web.Application(
@@ -143,7 +146,8 @@ def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualCl
             raise RuntimeError("watch cache not initialized")
 
     readiness_checks: dict[str, Check] = {"etcd": etcd_check, "watch-cache": cache_check}
-    issuer = KubeconfigIssuer(virtualclusters.kubeconfig, events, kubeconfig.max_expiration, kubeconfig.wake_estimate)
+    issuer = KubeconfigIssuer(virtualclusters.kubeconfig, events, kubeconfig.max_expiration, kubeconfig.wake_estimate,
+                              issued=tenant_metrics.issued)
 
     async def version_handler(request: web.Request) -> web.Response:
         return wire.render(version)

@@ -28,11 +28,18 @@ from apiserver.auth.delegated import (
 from apiserver.etcd import client as etcd_client
 from apiserver.kubeclient.client import KubeClient
 from apiserver.kubeclient.events import EventRecorder
-from apiserver.registry.admission import Admission, NamespaceLifecycle, RestoreAuthorization
+from apiserver.registry.admission import (
+    Admission,
+    NamespaceLifecycle,
+    PromoteAuthorization,
+    RestoreAuthorization,
+)
+from apiserver.registry.quota import QuotaAdmission
 from apiserver.registry.virtualcluster import new_storage
 from apiserver.server.app import Lifecycle, Server, build_app, version_info
 from apiserver.server.config import ALWAYS_ALLOW, DELEGATED, CompletedConfig, HostAccess
 from apiserver.server.metrics import Metrics
+from apiserver.server.tenantmetrics import TenantMetrics
 from apiserver.storage.cacher import WatchCache
 from apiserver.storage.compactor import Compactor
 from apiserver.storage.delegator import CachedStore
@@ -78,7 +85,9 @@ def new_server(config: CompletedConfig) -> Server:
         endpoints=list(config.etcd.servers), cafile=config.etcd.cafile, certfile=config.etcd.certfile,
         keyfile=config.etcd.keyfile, request_timeout=config.etcd.request_timeout), observe=metrics.observe_etcd)
     admission: list[Admission] = [NamespaceLifecycle(host)] if host is not None else []
-    admission.append(RestoreAuthorization(authorizer))
+    admission += [RestoreAuthorization(authorizer), PromoteAuthorization(authorizer)]
+    if host is not None:  # last, as kube's ResourceQuota: only what every other plugin admitted is charged
+        admission.append(QuotaAdmission(host))
     key_file = config.etcd.encryption_key_file
     secrets = SecretStore(etcd, load_key_file(key_file)) if key_file else None
     # The storage the registry is handed: etcd behind the watch cache (storage.delegator decides).
@@ -87,10 +96,12 @@ def new_server(config: CompletedConfig) -> Server:
     virtualclusters = new_storage(CachedStore(store, cache), admission, secrets)
     events = EventRecorder(host)
     lifecycle = Lifecycle()
+    tenant_metrics = TenantMetrics(cache)
+    metrics.registry.register(tenant_metrics)
     app = build_app(
         etcd=etcd, cache=cache, virtualclusters=virtualclusters, events=events, metrics=metrics,
         authenticator=authenticator, authorizer=authorizer, limits=config.limits, kubeconfig=config.kubeconfig,
-        version=version_info(), lifecycle=lifecycle)
+        version=version_info(), lifecycle=lifecycle, tenant_metrics=tenant_metrics)
     compactor = Compactor(etcd, config.etcd.compaction_interval)
     app.on_startup.append(lambda _app: compactor.start())
     app.on_cleanup.append(lambda _app: compactor.stop())
@@ -99,7 +110,7 @@ def new_server(config: CompletedConfig) -> Server:
         app.on_cleanup.append(lambda _app, c=made: c.close())
     return Server(config=config, serving_context=serving, app=app, lifecycle=lifecycle, authentication=source,
                   etcd=etcd, cache=cache, registry=virtualclusters.registry, secrets=secrets, host=host,
-                  events=events)
+                  events=events, tenant_metrics=tenant_metrics)
 
 def _authentication(config: CompletedConfig, client: KubeClient | None,
                     serving: ssl.SSLContext) -> tuple[AuthenticationSource, Authenticator]:

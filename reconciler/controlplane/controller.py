@@ -128,34 +128,38 @@ class ControlPlaneController:
             await backups.restore(vc, runtime, self.registry, self.events)
             pki = await self._pki(vc, runtime, secrets)
             state = self._tolerate_a_missed_check(vc, await runtime.ensure(vc.raw, pki), was_ready)
-            if state.ready and not was_ready:
-                await bootstrap_tenant(pki, state.endpoint)
+            if not state.ready:
+                return Observed(state=state)
+            # the tenant's admin client, kept between passes: one TLS context and handshake per tenant
+            tenant = await runtime.clients.get(vc.meta.namespace, vc.meta.name, pki, state.endpoint)
+            if not was_ready:
+                await bootstrap_tenant(tenant)
         except RuntimeFailure as e:
             return Observed(failure=e)
-        if not state.ready:
-            return Observed(state=state)
         wants_nodes, slice_ = vc.spec.requests_nodes, vc.spec.slice
         report = None
         try:  # nodes follow the spec (scaled to zero: every node goes back)
             if self.nodes is not None and (wants_nodes or vc.status.promoted_nodes):
-                tenant = await runtime.clients.get(vc.meta.namespace, vc.meta.name, pki, state.endpoint)
                 report = await self.nodes.reconcile(vc.raw, tenant)
                 if report.ready:
                     await self.addons.ensure(vc, tenant, state.endpoint)
-            shared = await self._slice(vc, slice_, pki, state.endpoint)
+            shared = await self._slice(vc, slice_, pki, tenant, state.endpoint)
         except (HostUnavailable, HostError) as e:
             _raise_unless_unreachable(e)
             return Observed(state=state, unreachable=str(e))
         if shared is not None:
             report = report or NodeReport()
-            report.nodes.append(shared.node())
-            if not shared.ready:
-                report.waiting.append(f"shared slice: {shared.reason}: {shared.message}")
+            if not shared.room:
+                report.shortages.append(f"shared slice: {shared.message}")
+            else:
+                report.nodes.append(shared.node())
+                if not shared.ready:
+                    report.waiting.append(f"shared slice: {shared.reason}: {shared.message}")
         if not wants_nodes and slice_ is None:
             return Observed(state=state)
-        return Observed(state=state, nodes=report, shared=shared.status() if shared is not None else None)
+        return Observed(state=state, nodes=report, shared=shared.status() if shared is not None and shared.room else None)
 
-    async def _slice(self, vc: VirtualCluster, slice_: dict[str, str] | None, pki: TenantPki,
+    async def _slice(self, vc: VirtualCluster, slice_: dict[str, str] | None, pki: TenantPki, tenant: KubeClient,
                      endpoint: str) -> SliceReport | None:
         """The shared slice's syncer runs while the spec asks for one; without one any slice left goes."""
         if self.slices is None:
@@ -163,8 +167,7 @@ class ControlPlaneController:
         if slice_ is not None:
             return await self.slices.ensure(vc.raw, slice_, pki, endpoint)
         if self.slices.running(vc.raw) or vc.status.shared_resources:
-            async with self._tenant_admin(vc) as tenant:
-                await self.slices.remove(vc.raw, tenant)
+            await self.slices.remove(vc.raw, tenant)
         return None
 
     def _tolerate_a_missed_check(self, vc: VirtualCluster, state: ControlPlaneState,

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from apiserver.kubeclient.client import HostError, HostUnavailable
-from certs.tenant import TENANT_ADMINS, TenantPki
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from certs.tenant import TENANT_ADMINS
 from reconciler.runtime.base import RuntimeFailure
-from reconciler.tenantapi import admin_client
 
 log = logging.getLogger(__name__)
 
@@ -19,15 +18,13 @@ ADMIN_BINDING = {
 }
 
 
-async def bootstrap_tenant(pki: TenantPki, endpoint: str) -> None:
-    """Group kosmos:tenant-admins is cluster-admin in the tenant (kubeconfigs handed out carry it)."""
-    client = admin_client(pki, endpoint)
+async def bootstrap_tenant(tenant: KubeClient) -> None:
+    """Group kosmos:tenant-admins is cluster-admin in the tenant (kubeconfigs handed out carry it);
+    ``tenant`` is the tenant's admin client."""
     try:
-        await client.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", ADMIN_BINDING)
+        await tenant.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", ADMIN_BINDING)
     except HostError as e:
         if e.code != 409:
             raise RuntimeFailure("BootstrapFailed", f"creating the tenant-admins binding: {e.message}") from None
     except HostUnavailable as e:
         raise RuntimeFailure("BootstrapFailed", f"the tenant apiserver did not answer: {e}") from None
-    finally:
-        await client.close()

@@ -18,7 +18,9 @@ from typing import Any, Protocol
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
+from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj
+from apiserver.machinery.selectors import LabelSelector, parse_label_selector
 from apiserver.machinery.timefmt import now_rfc3339
 from reconciler.nodes import selection
 from reconciler.nodes.selection import (
@@ -128,12 +130,29 @@ class NodePromoter:
     async def host_nodes(self) -> list[Obj]:
         return list((await self.host.get("/api/v1/nodes")).get("items") or [])
 
+    async def promotable(self, namespace: str) -> tuple[LabelSelector | None, str]:
+        """The host nodes VirtualClusters of ``namespace`` may take (its Namespace's
+        :data:`~reconciler.nodes.selection.PROMOTABLE_NODES`; None: any), and why none when the
+        annotation is no selector (then nothing new is taken: a typo must not open every node)."""
+        ns = await self.host.get(f"/api/v1/namespaces/{namespace}")
+        text = ((ns.get("metadata") or {}).get("annotations") or {}).get(selection.PROMOTABLE_NODES)
+        if text is None:
+            return None, ""
+        try:
+            return parse_label_selector(text), ""
+        except errors.ApiError as e:
+            return None, f"namespace {namespace}'s {selection.PROMOTABLE_NODES} is not a label selector ({e.message}): " \
+                         f"no node is taken until it is"
     # -- the reconcile step ------------------------------------------------------------
 
     async def reconcile(self, vc: Obj, tenant: KubeClient) -> NodeReport:
         owner, spec = _owner(vc), VirtualCluster(vc).spec
         nodes = await self.host_nodes()
-        plan = selection.plan(spec.raw, nodes, owner)
+        allowed, refusal = await self.promotable(VirtualCluster(vc).meta.namespace)
+        plan = selection.plan(spec.raw, nodes, owner, allowed)
+        if refusal:
+            plan.shortages.append(refusal)
+            plan.claim = []
         report = NodeReport(shortages=list(plan.shortages))
         by_name = {node_name(n): n for n in nodes}
         await self._release_together(vc, tenant, [by_name[name] for name in plan.release])

@@ -16,13 +16,16 @@ from typing import Any
 from apiserver.apis.conditions import is_true
 from apiserver.apis.sharedslice import dedicated_resources
 from apiserver.machinery.quantity import QuantityError, parse_quantity
-from apiserver.machinery.selectors import selector_from_label_selector
+from apiserver.machinery.selectors import LabelSelector, selector_from_label_selector
 
 CLAIM_LABEL = "kosmos.io/virtualcluster"
 CLAIM_ANNOTATION = "kosmos.io/virtualcluster"
 CLAIMED_AT = "kosmos.io/claimed-at"
 WAS_UNSCHEDULABLE = "kosmos.io/was-unschedulable"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+# On a host Namespace, set by the platform team (a namespace admin cannot edit its Namespace): the label
+# selector of the host nodes VirtualClusters of that namespace may take. Absent: any free node.
+PROMOTABLE_NODES = "kosmos.io/promotable-nodes"
 
 Node = Mapping[str, Any]
 
@@ -123,11 +126,14 @@ def _assigned_order(nodes: Iterable[Node]) -> list[Node]:
     return sorted(nodes, key=lambda n: (annotations(n).get(CLAIMED_AT, ""), node_name(n)))
 
 
-def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str) -> Plan:
-    """Nodes for the VirtualCluster ``owner`` (``namespace/name``) given the host's nodes now."""
+def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str,
+         allowed: LabelSelector | None = None) -> Plan:
+    """Nodes for the VirtualCluster ``owner`` (``namespace/name``) given the host's nodes now; ``allowed``
+    (its namespace's :data:`PROMOTABLE_NODES`) bounds the nodes it may newly take (those it holds stay)."""
     by_name = {node_name(n): n for n in host_nodes}
     mine = _assigned_order(n for n in host_nodes if claim_of(n) == owner)
-    available = sorted((n for n in host_nodes if free(n)), key=node_name)
+    available = sorted((n for n in host_nodes if free(n) and (allowed is None or allowed.matches(labels(n)))),
+                       key=node_name)
     chosen: list[str] = []
     result = Plan()
 
@@ -140,8 +146,11 @@ def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str) -> Pla
         node = by_name.get(name)
         if node is None:
             result.shortages.append(f"node {name} does not exist")
-        elif claim_of(node) == owner or free(node):
+        elif claim_of(node) == owner or (free(node) and (allowed is None or allowed.matches(labels(node)))):
             take(node)
+        elif free(node):
+            result.shortages.append(f"node {name} is not among the nodes this namespace may take "
+                                    f"({PROMOTABLE_NODES}: {allowed.to_string() if allowed else ''})")
         elif claim_of(node):
             result.shortages.append(f"node {name} is claimed by {claim_of(node)}")
         elif is_control_plane(node):

@@ -107,3 +107,8 @@ class ControlPlaneRuntime(Protocol):
 
     async def owned(self) -> list[tuple[str, str]]:
         """(namespace, name) of every control plane this runtime currently has (for orphan cleanup)."""
+
+    def usage(self, namespace: str, name: str) -> tuple[float, int] | None:
+        """The control plane's cpu seconds used so far and resident memory in bytes, summed over its
+        components; None where this runtime cannot measure them (metering reads it at each scrape, so
+        it must be quick and do no I/O beyond the local machine)."""

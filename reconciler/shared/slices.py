@@ -12,7 +12,7 @@ from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery.jsonutil import Obj
 from certs.tenant import TenantPki
-from reconciler.shared import names
+from reconciler.shared import capacity, names, translate
 from reconciler.shared.syncer import SliceReport, SliceSyncer, remove_namespace
 from reconciler.tenantapi import admin_client
 from reconciler.versions import KUBERNETES_VERSION
@@ -20,10 +20,23 @@ from reconciler.versions import KUBERNETES_VERSION
 log = logging.getLogger(__name__)
 
 
+INSUFFICIENT = "InsufficientHostCapacity"
+
+
+def _more(new: object, old: object) -> bool:
+    """Whether a slice's amount grew (a new resource counts as grown)."""
+    if new is None:
+        return False
+    if old is None:
+        return True
+    return capacity.amount(new) > capacity.amount(old)
+
+
 class SharedSlices:
-    def __init__(self, host: KubeClient, events: EventRecorder | None = None) -> None:
+    def __init__(self, host: KubeClient, events: EventRecorder | None = None, overcommit: float = 1.0) -> None:
         self.host = host
         self.events = events
+        self.overcommit = overcommit  # how many times the slice pool's allocatable may be promised
         self._syncers: dict[str, SliceSyncer] = {}
 
     def running(self, vc: Obj) -> bool:
@@ -33,6 +46,15 @@ class SharedSlices:
         """The slice's syncer runs (started on first sight, resized on a change); what it reports."""
         meta = VirtualCluster(vc).meta
         syncer = self._syncers.get(meta.uid)
+        namespace = names.host_namespace(vc)
+        grows = syncer is None or any(_more(slice_.get(r), syncer.slice.get(r)) for r in capacity.RESOURCES)
+        short = await capacity.room_for(self.host, namespace, slice_, self.overcommit) if grows else ""
+        if short and syncer is None:  # no node promises what the host does not have: it waits, Pending
+            return SliceReport(namespace, translate.capacity(slice_), reason=INSUFFICIENT, message=short, room=False)
+        if short and syncer is not None:  # a slice that runs keeps its size until the host has room for more
+            if self.events is not None:
+                await self.events.record(vc, "Warning", INSUFFICIENT, f"the slice stays at {syncer.slice}: {short}")
+            return syncer.report
         if syncer is None:
             syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), KUBERNETES_VERSION,
                                  self.events)

@@ -62,6 +62,7 @@ class SliceReport:
     ready: bool = False
     reason: str = "Starting"
     message: str = "the shared slice is being set up on the host"
+    room: bool = True  # False: the host cannot hold the slice yet; it has no node and waits (Pending)
 
     def status(self) -> Obj:
         return {"namespace": self.namespace, "capacity": self.capacity, "used": self.used}

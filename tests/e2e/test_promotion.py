@@ -110,6 +110,29 @@ def test_dedicated_resources_request_promotes_enough_nodes(host: Kubectl) -> Non
     assert_returned(host, claimed)
 
 
+def test_a_namespace_bound_to_a_node_pool_takes_only_nodes_of_that_pool(host: Kubectl) -> None:
+    """The platform team annotates the host Namespace (its admins cannot): its VirtualClusters take
+    only nodes matching kosmos.io/promotable-nodes; naming another is a shortage, saying so."""
+    ns = host.ensure_namespace("pooled")
+    host.run("annotate", "namespace", ns, "kosmos.io/promotable-nodes=pool=pooled")
+    host.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        fake_node("pool-in", 1, labels={"pool": "pooled"}), fake_node("pool-out", 2, labels={"pool": "elsewhere"})]}))
+    try:
+        host.run("create", "-f", "-", input=json.dumps(vc("pooled", ns, {"promotePolicies": [{"nodeCount": 1}]})))
+        wait_phase(host, ns, "pooled", "Completed")
+        assert [n for n, v in claims(host).items() if v == f"{ns}.pooled"] == ["pool-in"]
+        host.run("create", "-f", "-", input=json.dumps(vc("named", ns, {"promoteResources": {"nodes": ["pool-out"]}})))
+        wait_phase(host, ns, "named", "Pending")
+        message = host.json("get", "vc", "named", "-n", ns)["status"]["message"]
+        assert ("node pool-out is not among the nodes this namespace may take (kosmos.io/promotable-nodes: "
+                "pool=pooled)") in message
+        assert claims(host)["pool-out"] == ""
+    finally:
+        host.run("delete", "vc", "--all", "-n", ns, "--wait", timeout=120)
+        assert_returned(host, ["pool-in"])
+        host.run("delete", "node", "pool-in", "pool-out")
+
+
 def test_the_kosmos_proposal_example_promotes_the_nodes_it_names_and_asks_for_a_shared_slice(host: Kubectl) -> None:
     """Its ``resources`` (cpu 10, memory 100Gi) are a slice of the shared host (``resourcesMode``
     defaults to Shared): only the two named nodes are promoted, however much memory they have."""
@@ -254,6 +277,8 @@ def test_no_response_log_line_or_event_carries_key_material_or_a_bearer_token(
     ns = host.ensure_namespace("hygiene")
     host.run("create", "serviceaccount", "robot", "-n", ns)
     host.run("create", "rolebinding", "robot-admin", "--clusterrole=admin", f"--serviceaccount={ns}:robot", "-n", ns)
+    host.run("create", "role", "promoter", "--verb=create", "--resource=virtualclusters.kosmos.io/promote", "-n", ns)
+    host.run("create", "rolebinding", "robot-promoter", "--role=promoter", f"--serviceaccount={ns}:robot", "-n", ns)
     token = host.run("create", "token", "robot", "-n", ns).stdout.strip()
     config = pki.kubeconfig(stack.host.url, stack.host.pki.path("ca.crt").read_bytes(), "robot", token=token)
     (tmp_path / "robot.kubeconfig").write_text(json.dumps(config))

@@ -5,6 +5,7 @@ in the host namespace under the quota, and everything gone with the VirtualClust
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -403,7 +404,7 @@ def test_a_burst_of_300_pods_in_one_tenant_does_not_hold_up_another_tenants_pod(
     ns = obj["metadata"]["namespace"]
     namespace = obj["status"]["sharedResources"]["namespace"]
     host.run("create", "-f", "-", input=json.dumps(vc("busy", ns, {"promoteResources": {
-        "resources": {"cpu": "40", "memory": "64Gi", "pods": "320"}}})))
+        "resources": {"cpu": "30", "memory": "64Gi", "pods": "320"}}})))  # beside the others, in the 40 the host has
     wait_phase(host, ns, "busy", "Completed", timeout=180)
     busy = tenant(host, ns, "busy", tmp_path)
     busy_ns = host.json("get", "vc", "busy", "-n", ns)["status"]["sharedResources"]["namespace"]
@@ -424,6 +425,30 @@ def test_a_burst_of_300_pods_in_one_tenant_does_not_hold_up_another_tenants_pod(
           what="all 300 flood pods Running")
     host.run("delete", "vc", "busy", "-n", ns, "--wait", timeout=240)
     t.run("delete", "pod", "quick", "--wait", timeout=90)
+
+
+def test_a_slice_larger_than_the_host_has_free_waits_pending_and_starts_once_it_fits(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    """The host has 40 cpu and 160Gi in its four kwok nodes, and ``sliced`` holds 4 cpu of them."""
+    ns = sliced[0]["metadata"]["namespace"]
+    host.run("create", "-f", "-", input=json.dumps(vc("greedy", ns, {"promoteResources": {
+        "resources": {"cpu": "38", "memory": "8Gi"}}})))
+    obj = until(lambda: host.json("get", "vc", "greedy", "-n", ns),
+                lambda o: (o.get("status") or {}).get("reason") == "InsufficientNodes", what="greedy waiting")
+    assert obj["status"]["phase"] == "Pending"
+    assert re.search(r"the host cannot hold this slice: cpu 38 asked, 3\d free", obj["status"]["message"])
+    assert "sharedResources" not in obj["status"], "no node promises what the host does not have"
+    host.run("patch", "vc", "greedy", "-n", ns, "--type", "merge", "-p",
+             json.dumps({"spec": {"promoteResources": {"resources": {"cpu": "30", "memory": "8Gi"}}}}))
+    wait_phase(host, ns, "greedy", "Completed", timeout=180)
+    grow = host.run("patch", "vc", "greedy", "-n", ns, "--type", "merge", "-p",
+                    json.dumps({"spec": {"promoteResources": {"resources": {"cpu": "60", "memory": "8Gi"}}}}))
+    assert grow.returncode == 0
+    until(lambda: host.json("get", "events", "-n", ns, "--field-selector", "involvedObject.name=greedy")["items"],
+          lambda es: any(e["reason"] == "InsufficientHostCapacity" for e in es), what="the refused growth told")
+    capacity = host.json("get", "vc", "greedy", "-n", ns)["status"]["sharedResources"]["capacity"]
+    assert capacity["cpu"] == "30", "a running slice keeps its size until the host has room for more"
+    host.run("delete", "vc", "greedy", "-n", ns, "--wait", timeout=180)
 
 
 def test_hibernating_takes_the_slice_off_the_host_and_waking_brings_it_back(

@@ -19,7 +19,7 @@ import yaml
 from apiserver.apis.compute import requests_nodes
 from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery.quantity import parse_quantity
-from apiserver.machinery.selectors import label_value_errors
+from apiserver.machinery.selectors import label_value_errors, parse_label_selector
 from reconciler.nodes.kwokjoiner import HOST_NODE_ANNOTATION, tenant_node
 from reconciler.nodes.selection import (
     CLAIM_ANNOTATION,
@@ -669,3 +669,19 @@ def test_tenant_node_of_a_bare_node_has_empty_maps() -> None:
     assert tenant["metadata"]["labels"] == {}
     assert tenant["status"] == {"capacity": {}, "allocatable": {}}
 
+
+
+# -- the nodes a namespace may take ---------------------------------------------------------------
+
+
+def test_a_namespace_bound_to_a_selector_takes_only_matching_free_nodes_and_keeps_what_it_holds() -> None:
+    allowed = parse_label_selector("pool=team-a")
+    nodes = [node("a1", labels={"pool": "team-a"}), node("b1", labels={"pool": "team-b"}),
+             node("held", labels={"pool": "team-b"}, claimed_by=OWNER)]
+    result = plan({"promotePolicies": [{"nodeCount": 2}]}, nodes, OWNER, allowed)
+    assert result.keep == ["held"] and result.claim == ["a1"] and result.shortages == []
+    named = plan({"promoteResources": {"nodes": ["b1"]}}, nodes, OWNER, allowed)
+    assert named.claim == [] and named.shortages == [
+        "node b1 is not among the nodes this namespace may take (kosmos.io/promotable-nodes: pool=team-a)"]
+    short = plan({"promotePolicies": [{"nodeCount": 3}]}, nodes, OWNER, allowed)
+    assert short.claim == [] and "needs 3 node(s) matching any labels, 2 available (1 free)" in short.shortages[0]

@@ -39,7 +39,8 @@ def test_every_group_s_flags_are_listed_in_a_section_of_their_own() -> None:
     titles = [g.title for g in parser()._action_groups]
     assert titles[2:] == ["Secure serving flags", "Etcd flags", "Authentication flags", "Authorization flags",
                           "Host cluster flags", "Limits flags", "Kubeconfig subresource flags", "Reconciler flags",
-                          "Control-plane runtime flags", "Snapshot flags", "Node joiner flags", "Logs flags"]
+                          "Control-plane runtime flags", "Snapshot flags", "Node joiner flags", "Shared slice flags",
+                          "Logs flags"]
 
 
 def test_flags_that_agree_are_accepted() -> None:

@@ -210,6 +210,9 @@ class PodsRuntime:
                 found.add((obj["metadata"]["namespace"], obj["metadata"]["labels"][OWNER]))
         return sorted(found)
 
+    def usage(self, namespace: str, name: str) -> tuple[float, int] | None:
+        return None  # the host's metrics API is not assumed; its pods' usage is the host's to meter
+
     async def release(self) -> None:
         self._applied.clear()
         self.scheduling.clear()

@@ -36,7 +36,7 @@ from reconciler.runtime.passmemo import PassMemo
 from reconciler.runtime.process.backups import Backups
 from reconciler.runtime.process.commands import commands, write_files
 from reconciler.runtime.process.layout import Layout, listen_address
-from reconciler.runtime.process.supervisor import Supervisor
+from reconciler.runtime.process.supervisor import Supervisor, process_usage
 from reconciler.runtime.scheduling import Scheduling
 from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import TenantClients
@@ -96,6 +96,11 @@ class ProcessRuntime:
 
     async def owned(self) -> list[tuple[str, str]]:
         return self.layout.owned()
+
+    def usage(self, namespace: str, name: str) -> tuple[float, int] | None:
+        base = self.dir(namespace, name)  # its components' pid files, not a scan of /proc: read at every scrape
+        pids = {self.pid(base, f.stem) for f in base.glob("*.pid")} - {0}
+        return process_usage({p for p in pids if self.alive(p, base)}) if base.is_dir() else None
 
     async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
         meta = vc["metadata"]

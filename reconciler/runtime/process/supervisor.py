@@ -172,6 +172,19 @@ def processes_under(base: Path) -> set[int]:
     return found
 
 
+def process_usage(pids: set[int]) -> tuple[float, int]:
+    """cpu seconds (user and system, since each started) and resident bytes of ``pids``, from /proc;
+    a process that ended meanwhile counts nothing."""
+    ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    cpu, rss = 0.0, 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            cpu += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime: fields 14 and 15 of stat(5)
+            rss += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+    return cpu, rss
+
+
 def _signal(pid: int, sig: signal.Signals) -> None:
     """To the process's group (the component and anything it started), else to it alone (not a group leader)."""
     try:

@@ -1,0 +1,96 @@
+"""The host's room for shared slices: a slice's virtual node promises its capacity to the tenant's
+scheduler, so a slice starts only when the host's slice pool can still hold it beside every other
+slice's reservation; otherwise it waits, saying how much it asks and how much is free.
+
+The pool is every host node that can run a slice's pods: Ready, schedulable and without a
+``NoSchedule`` or ``NoExecute`` taint (a slice's host pods carry no tolerations; a promoted node is
+cordoned and tainted, so it is out). What is reserved is the ``hard`` of every other slice's host
+quota, as the quotas are the slices' own bound. ``overcommit`` (``--slice-overcommit``) scales the
+pool, for a platform team that chooses to promise more than the host has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from apiserver.apis.quota import SLICE_MEMORY, format_amount
+from apiserver.kubeclient.client import KubeClient
+from apiserver.machinery.jsonutil import Obj
+from apiserver.machinery.quantity import QuantityError, parse_quantity
+from reconciler.shared import names
+
+RESOURCES = ("cpu", "memory")  # what a node's allocatable and a slice's quota both name
+QUOTA_NAMES = {"cpu": "requests.cpu", "memory": "requests.memory"}
+
+
+def amount(value: Any) -> Decimal:
+    try:
+        return parse_quantity(str(value))
+    except QuantityError:
+        return Decimal(0)
+
+
+def in_pool(node: Obj) -> bool:
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+    return ready and not spec.get("unschedulable") and not tainted
+
+
+def pool(nodes: Iterable[Obj]) -> dict[str, Decimal]:
+    total = dict.fromkeys(RESOURCES, Decimal(0))
+    for node in nodes:
+        if in_pool(node):
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            for r in RESOURCES:
+                total[r] += amount(allocatable.get(r, 0))
+    return total
+
+
+def reserved(quotas: Iterable[Obj], but: str) -> dict[str, Decimal]:
+    """What the slices' host quotas (all but the one in namespace ``but``) hold."""
+    total = dict.fromkeys(RESOURCES, Decimal(0))
+    for q in quotas:
+        meta = q.get("metadata") or {}
+        if meta.get("name") != names.QUOTA or meta.get("namespace") == but:
+            continue
+        hard = (q.get("spec") or {}).get("hard") or {}
+        for r in RESOURCES:
+            total[r] += amount(hard.get(QUOTA_NAMES[r], 0))
+    return total
+
+
+def shortfall(asked: Mapping[str, Any], room: Mapping[str, Decimal], taken: Mapping[str, Decimal],
+              overcommit: float) -> str:
+    """Why the slice does not fit ('' when it does): per resource, asked against free."""
+    short = []
+    for r in RESOURCES:
+        if r not in asked:
+            continue
+        want = amount(asked[r])
+        free = max(room[r] * Decimal(str(overcommit)) - taken[r], Decimal(0))
+        if want > free:
+            short.append(f"{r} {_shown(r, want)} asked, {_shown(r, free)} free")
+    return "; ".join(short)
+
+
+def _shown(resource: str, value: Decimal) -> str:
+    if resource == "memory":
+        return format_amount(SLICE_MEMORY, value.to_integral_value())
+    return f"{value.normalize():f}"
+
+
+async def room_for(host: KubeClient, namespace: str, asked: Mapping[str, Any], overcommit: float) -> str:
+    """'' when the host's slice pool holds the slice for host ``namespace``; else what is short, and of what."""
+    nodes = (await host.get("/api/v1/nodes")).get("items") or []
+    quotas = (await host.get("/api/v1/resourcequotas", fieldSelector=f"metadata.name={names.QUOTA}")).get("items")
+    room, taken = pool(nodes), reserved(quotas or [], namespace)
+    short = shortfall(asked, room, taken, overcommit)
+    if not short:
+        return ""
+    scale = f" x {overcommit:g} overcommit" if overcommit != 1 else ""
+    return (f"the host cannot hold this slice: {short} (the slice pool's allocatable{scale}, less "
+            f"{_shown('cpu', taken['cpu'])} cpu and {_shown('memory', taken['memory'])} memory reserved by "
+            f"other slices); it waits until room frees up")
