@@ -30,8 +30,9 @@ _counter = itertools.count()
 # A parallel run (``make test``: ``pytest -n 3 --dist loadgroup``) keeps each file on one worker, so a
 # module's fixtures start once, and sends files that share a lab of which a machine holds only one to
 # the same worker: the real-node lab (one bridge, fixed addresses; its images built once) and the
-# differential lab. The longest groups are handed out first, so none of them is left to run alone at
-# the end; the order is measured (.local/test-durations.txt), not promised.
+# differential lab; the two files on the playground share it too, so it starts once. The longest
+# groups are handed out first, so none of them is left to run alone at the end; the order is
+# measured (.local/test-durations.txt), not promised.
 SHARED_LABS = {
     "real-nodes": ("test_real_lifecycle.py", "test_in_cluster.py", "test_real_nodes.py", "test_images.py"),
     "differential": ("test_differential.py", "test_managedfields_differential.py"),
