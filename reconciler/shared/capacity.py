@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from apiserver.apis.conditions import is_true
 from apiserver.apis.quota import SLICE_MEMORY, format_amount
 from apiserver.kubeclient.client import KubeClient
 from apiserver.machinery.jsonutil import Obj
@@ -34,7 +35,7 @@ def amount(value: Any) -> Decimal:
 
 def in_pool(node: Obj) -> bool:
     spec, status = node.get("spec") or {}, node.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    ready = is_true(status.get("conditions"), "Ready")
     tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
     return ready and not spec.get("unschedulable") and not tainted
 

@@ -15,6 +15,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from apiserver.apis.conditions import is_true
 from apiserver.kubeclient import paths
 from apiserver.kubeclient.client import HostError, HostUnavailable
 from reconciler.runtime.base import FIELD_MANAGER, Obj, RuntimeFailure
@@ -40,8 +41,7 @@ def serving_address(node: Obj) -> tuple[str, str] | None:
     being deleted, and with a routable InternalIP. A stale node left by another lab mode, a NotReady one,
     or one whose address is loopback (127.0.0.1 is the asker itself, in a pod) never counts."""
     meta, status = node.get("metadata") or {}, node.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    if not ready or meta.get("deletionTimestamp"):
+    if not is_true(status.get("conditions"), "Ready") or meta.get("deletionTimestamp"):
         return None
     for address in status.get("addresses") or []:
         if address.get("type") != "InternalIP":
