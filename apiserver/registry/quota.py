@@ -4,7 +4,8 @@ for its own resources (which it cannot do for ours: the aggregator proxies them 
 A create, or an update that asks for more (:func:`apiserver.apis.quota.increases`), is checked
 against every unscoped ResourceQuota of its host namespace that caps one of the names of
 :mod:`apiserver.apis.quota`. Over a limit: 403 with kube's ``exceeded quota`` wording; a quota whose
-status does not yet show the limit: 403 ``status unknown for quota``. Admitted, the amounts are
+status does not yet show the limit: 403 ``status unknown for quota``; while the host does not answer,
+503, unless the namespace had no quota naming ours when last listed. Admitted, the amounts are
 charged to each quota's ``status.used`` through ``/status`` with the quota's resourceVersion as
 the precondition, re-read and re-checked on a conflict, so two writers racing for the last unit
 cannot both win. A dry run checks and charges nothing. A scale-down asks for nothing and always
@@ -83,6 +84,9 @@ def _with_used(rq: Obj, used: Usage) -> Obj:
 class QuotaAdmission:
     def __init__(self, client: KubeClient) -> None:
         self.client = client
+        # namespaces last listed with no quota naming ours: while the host does not answer, a write there
+        # is admitted (nothing would be charged), so a host outage does not stop every scale-up
+        self._uncapped: set[str] = set()
 
     async def admit(self, request: AdmissionRequest) -> None:
         new = quota.usage(request.obj.get("spec"))
@@ -123,12 +127,21 @@ class QuotaAdmission:
 
     async def _quotas(self, namespace: str) -> list[Obj]:
         try:
-            return list((await self.client.get(_path(namespace))).get("items") or [])
+            quotas = list((await self.client.get(_path(namespace))).get("items") or [])
         except HostError as e:
             raise errors.internal(f"listing the resource quotas of namespace {namespace}: {e.message}") from None
         except HostUnavailable:
+            if namespace in self._uncapped:
+                log.warning("the host does not answer; namespace %s had no quota naming VirtualClusters when last "
+                            "seen: admitted", namespace)
+                return []
             raise errors.service_unavailable(f"cannot read the resource quotas of namespace {namespace} on the "
                                              f"host right now") from None
+        if any(_applies(rq, quota.RESOURCES) for rq in quotas):
+            self._uncapped.discard(namespace)
+        else:
+            self._uncapped.add(namespace)
+        return quotas
 
     async def _get(self, namespace: str, name: str) -> Obj:
         try:

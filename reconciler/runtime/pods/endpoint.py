@@ -37,9 +37,8 @@ NODE_CACHE_TTL = 60.0  # seconds an endpoint node address is trusted before it i
 
 
 def serving_address(node: Obj) -> tuple[str, str] | None:
-    """(name, InternalIP) of a control-plane node users can reach a tenant apiserver through: Ready, not
-    being deleted, and with a routable InternalIP. A stale node left by another lab mode, a NotReady one,
-    or one whose address is loopback (127.0.0.1 is the asker itself, in a pod) never counts."""
+    """(name, InternalIP) of a control-plane node a tenant apiserver may be reached through: Ready and not
+    being deleted. A stale node left by another lab mode, or a NotReady one, never counts."""
     meta, status = node.get("metadata") or {}, node.get("status") or {}
     if not is_true(status.get("conditions"), "Ready") or meta.get("deletionTimestamp"):
         return None
@@ -50,9 +49,17 @@ def serving_address(node: Obj) -> tuple[str, str] | None:
             ip = ipaddress.ip_address(str(address.get("address")))
         except ValueError:
             continue
-        if not (ip.is_loopback or ip.is_unspecified or ip.is_link_local):
+        if not (ip.is_unspecified or ip.is_link_local):
             return str(meta.get("name")), str(ip)
     return None
+
+
+def serving_nodes(nodes: list[Obj]) -> list[tuple[str, str]]:
+    """The control-plane nodes that may serve, routable addresses first, then by name: a loopback address
+    (a kwok node's, 127.0.0.1) is used only where no node has another, since in a pod it is the pod
+    itself; the order is stable, so every pass gives the same answer."""
+    found = [served for served in map(serving_address, nodes) if served is not None]
+    return sorted(found, key=lambda n: (ipaddress.ip_address(n[1]).is_loopback, n[0]))
 
 
 @dataclass
@@ -67,7 +74,7 @@ class Endpoints:
     _host_ports: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # allocated, not yet seen
 
     def address(self, vc: Obj) -> str:
-        """``externalIP`` if set; else the InternalIP of the first control-plane node by name. The nodes
+        """``externalIP`` if set; else the InternalIP of the first control-plane node (:func:`serving_nodes`). The nodes
         are looked up in the background (``address`` is asked synchronously); until the first lookup
         has finished this raises a retryable failure."""
         external = (vc.get("spec") or {}).get("externalIP")
@@ -78,8 +85,8 @@ class Endpoints:
             if self._nodes is None:
                 raise RuntimeFailure("LookingUpEndpoint", "looking up the host's control-plane nodes for the "
                                                           "tenant apiserver's address; retrying shortly")
-            raise RuntimeFailure("NoControlPlaneNode", f"no host node labelled {CONTROL_PLANE_ROLE} is Ready with a "
-                                                       f"routable InternalIP; set spec.externalIP or label a node")
+            raise RuntimeFailure("NoControlPlaneNode", f"no host node labelled {CONTROL_PLANE_ROLE} is Ready with an "
+                                                       f"InternalIP; set spec.externalIP or label a node")
         return self._nodes[0][1]
 
     def node(self, address: str) -> str | None:
@@ -104,8 +111,7 @@ class Endpoints:
         """Cache (name, InternalIP) of the host's control-plane nodes that can serve, sorted by name. A
         failure is the caller's to explain: a lookup in the background only logs it."""
         nodes = await self.host.client.get(paths.path("Node"), labelSelector=CONTROL_PLANE_ROLE)
-        found = [served for served in map(serving_address, nodes.get("items", [])) if served is not None]
-        self._nodes, self._nodes_at = sorted(found), time.monotonic()
+        self._nodes, self._nodes_at = serving_nodes(nodes.get("items", [])), time.monotonic()
 
     async def fresh_nodes(self) -> None:
         """The nodes looked up again once NODE_CACHE_TTL has passed; a failure only matters if none is known."""
