@@ -60,9 +60,9 @@ def check(rq: Obj, asked: Mapping[str, Decimal]) -> tuple[str | None, Usage]:
     name = meta.get("name", "")
     names = _applies(rq, asked)
     hard, used = _amounts(status.get("hard")), _amounts(status.get("used"))
-    for resource in sorted(names):
-        if resource not in hard:
-            return f"status unknown for quota: {name}, resource: {resource}", used
+    unknown = sorted(r for r in names if r not in hard)
+    if unknown:  # kube's wording; a used that is absent is 0 here: these names are ours to count, not the host's
+        return f"status unknown for quota: {name}, resources: {','.join(unknown)}", used
     exceeded = sorted(r for r in names if used.get(r, Decimal(0)) + asked[r] > hard[r])
     if exceeded:
         return (f"exceeded quota: {name}, requested: {quota.listing((r, asked[r]) for r in exceeded)}, "

@@ -61,8 +61,8 @@ def test_a_quota_within_its_limit_is_charged_what_was_asked() -> None:
 def test_a_quota_whose_status_does_not_show_the_limit_yet_refuses() -> None:
     unknown = rq({COUNT: "2"})
     unknown["status"] = {}
-    refusal, _ = check(unknown, {COUNT: Decimal(1)})
-    assert refusal == f"status unknown for quota: team, resource: {COUNT}"
+    refusal, _ = check(unknown, {COUNT: Decimal(1), SLICE_CPU: Decimal(500)})
+    assert refusal == f"status unknown for quota: team, resources: {COUNT}"
 
 
 def test_a_scoped_quota_selects_pods_and_never_caps_virtualclusters() -> None:
