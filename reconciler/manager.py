@@ -25,6 +25,7 @@ from reconciler.loop.leader import LeaderElector
 from reconciler.loop.workqueue import WorkQueue
 from reconciler.nodes.kwokjoiner import KwokJoiner
 from reconciler.nodes.promoter import NodeJoiner, NodePromoter
+from reconciler.options import SliceConfig
 from reconciler.quota import QuotaRecount
 from reconciler.runtime.base import ControlPlaneRuntime, RuntimeFailure
 from reconciler.runtime.process import ProcessRuntime
@@ -44,7 +45,7 @@ class Manager:
     def __init__(self, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
                  events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
                  identity: str, lease_duration: int, workers: int = 4, resync_period: float = 60.0,
-                 joiner: NodeJoiner | None = None, slice_overcommit: float = 1.0) -> None:
+                 joiner: NodeJoiner | None = None, slices: SliceConfig | None = None) -> None:
         self.registry = registry
         self.cache = cache
         self.workers = workers
@@ -55,7 +56,8 @@ class Manager:
             joiner = KwokJoiner(runtime)  # the playground's and the tests' default
         if host is not None and joiner is not None:
             self.nodes = NodePromoter(host, joiner, events)
-        self.slices = SharedSlices(host, events, slice_overcommit) if host is not None else None
+        slices = slices or SliceConfig()
+        self.slices = SharedSlices(host, events, slices.overcommit, slices.placement) if host is not None else None
         self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes,
                                                  self.slices)
         self.quota = QuotaRecount(host, registry) if host is not None else None
@@ -174,12 +176,12 @@ class Manager:
 def attach(app: web.Application, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
            events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
            lease_duration: int = 15, identity: str = "", workers: int = 4,
-           joiner: NodeJoiner | None = None, slice_overcommit: float = 1.0) -> Manager:
+           joiner: NodeJoiner | None = None, slices: SliceConfig | None = None) -> Manager:
     """A manager that starts with the application and stops first when it shuts down."""
     manager = Manager(registry=registry, cache=cache, etcd=etcd, host=host, events=events, secrets=secrets,
                       runtime=runtime, identity=identity or f"{socket.gethostname()}:{os.getpid()}",
                       lease_duration=lease_duration, workers=workers, joiner=joiner,
-                      slice_overcommit=slice_overcommit)
+                      slices=slices)
 
     async def on_startup(_: web.Application) -> None:
         await manager.start()

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from apiserver import IMAGE
 from apiserver.machinery.optiongroups import OptionSet
+from reconciler.shared.placement import Placement, PlacementError
 
 if TYPE_CHECKING:
     from apiserver.kubeclient.client import KubeClient
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from reconciler.runtime.base import ControlPlaneRuntime
 
 __all__ = ["JoinerConfig", "LoopOptions", "NodeJoinerOptions", "ReconcilerConfig", "ReconcilerOptions",
-           "RuntimeConfig", "RuntimeOptions", "SnapshotConfig", "SnapshotOptions", "ephemeral_port_range"]
+           "RuntimeConfig", "RuntimeOptions", "SliceConfig", "SliceOptions", "SnapshotConfig", "SnapshotOptions",
+           "ephemeral_port_range"]
 
 log = logging.getLogger("vc-apiserver")
 
@@ -220,23 +222,49 @@ class NodeJoinerOptions:
 
 
 @dataclass(frozen=True)
+class SliceConfig:
+    """Where shared slices run and how much of the host they may promise."""
+
+    overcommit: float = 1.0
+    placement: Placement = field(default_factory=Placement)
+
+
+@dataclass(frozen=True)
 class SliceOptions:
-    """How much of the host shared slices may be promised."""
+    """The host's slice node pool, and how much of it shared slices may promise."""
 
     TITLE: ClassVar[str] = "Shared slice flags"
 
     slice_overcommit: float
+    slice_node_selector: str
+    slice_tolerations: str
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
         p = parser.add_argument_group(cls.TITLE)
         p.add_argument("--slice-overcommit", type=float, default=1.0,
-                       help="how many times the cpu and memory of the host's slice pool (Ready, schedulable, "
-                            "untainted nodes) the shared slices may promise together; 1 promises no more than "
-                            "the host has: a slice that does not fit waits, Pending")
+                       help="how many times the cpu and memory of the host's slice pool the shared slices may "
+                            "promise together; 1 promises no more than the pool has: a slice that does not fit "
+                            "waits, Pending")
+        p.add_argument("--slice-node-selector", default="",
+                       help="label selector of the host nodes every shared slice's pods run on (the slice node "
+                            "pool; default: any Ready, schedulable node), e.g. node-role.kosmos.io/slices=true")
+        p.add_argument("--slice-tolerations", default="",
+                       help="taints of the slice node pool that slices' pods tolerate: key[=value]:Effect, "
+                            "comma-separated")
 
     def validate(self) -> list[str]:
-        return [] if self.slice_overcommit > 0 else [f"--slice-overcommit must be positive, got {self.slice_overcommit:g}"]
+        problems = [] if self.slice_overcommit > 0 else [
+            f"--slice-overcommit must be positive, got {self.slice_overcommit:g}"]
+        try:
+            Placement.from_flags(self.slice_node_selector, self.slice_tolerations)
+        except PlacementError as e:
+            problems.append(str(e))
+        return problems
+
+    def to_config(self) -> SliceConfig:
+        return SliceConfig(self.slice_overcommit, Placement.from_flags(self.slice_node_selector,
+                                                                       self.slice_tolerations))
 
 
 # -- the whole ------------------------------------------------------------------------------------
@@ -252,7 +280,7 @@ class ReconcilerConfig:
     runtime: RuntimeConfig
     snapshots: SnapshotConfig
     joiner: JoinerConfig
-    slice_overcommit: float = 1.0
+    slices: SliceConfig = field(default_factory=SliceConfig)
 
     def new_runtime(self, host: KubeClient | None = None) -> ControlPlaneRuntime | None:
         """The control-plane runtime the flags ask for; None for ``--control-plane-runtime=none``."""
@@ -329,7 +357,7 @@ class ReconcilerOptions(OptionSet):
         return ReconcilerConfig(lease_duration=self.loop.leader_elect_lease_duration, identity=self.loop.identity,
                                 workers=self.loop.concurrent_reconciles, runtime=self.runtime.to_config(),
                                 snapshots=self.snapshots.to_config(), joiner=self.joiner.to_config(),
-                                slice_overcommit=self.slices.slice_overcommit)
+                                slices=self.slices.to_config())
 
 
 def ephemeral_port_range() -> tuple[int, int] | None:

@@ -2,9 +2,9 @@
 scheduler, so a slice starts only when the host's slice pool can still hold it beside every other
 slice's reservation; otherwise it waits, saying how much it asks and how much is free.
 
-The pool is every host node that can run a slice's pods: Ready, schedulable and without a
-``NoSchedule`` or ``NoExecute`` taint (a slice's host pods carry no tolerations; a promoted node is
-cordoned and tainted, so it is out). What is reserved is the ``hard`` of every other slice's host
+The pool is every host node that can run a slice's pods: Ready, schedulable, matching the slice node
+pool's selector, and with every ``NoSchedule`` or ``NoExecute`` taint tolerated by the pool's
+tolerations (:mod:`.placement`; a promoted node is cordoned and tainted, so it is out). What is reserved is the ``hard`` of every other slice's host
 quota, as the quotas are the slices' own bound. ``overcommit`` (``--slice-overcommit``) scales the
 pool, for a platform team that chooses to promise more than the host has.
 """
@@ -21,7 +21,9 @@ from apiserver.kubeclient.client import KubeClient
 from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.quantity import QuantityError, parse_quantity
 from reconciler.shared import names
+from reconciler.shared.placement import Placement
 
+ANYWHERE = Placement()
 RESOURCES = ("cpu", "memory")  # what a node's allocatable and a slice's quota both name
 QUOTA_NAMES = {"cpu": "requests.cpu", "memory": "requests.memory"}
 
@@ -33,17 +35,16 @@ def amount(value: Any) -> Decimal:
         return Decimal(0)
 
 
-def in_pool(node: Obj) -> bool:
+def in_pool(node: Obj, placement: Placement = ANYWHERE) -> bool:
+    """Ready, schedulable, and in the slice node pool (its labels and taints, :mod:`.placement`)."""
     spec, status = node.get("spec") or {}, node.get("status") or {}
-    ready = is_true(status.get("conditions"), "Ready")
-    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
-    return ready and not spec.get("unschedulable") and not tainted
+    return is_true(status.get("conditions"), "Ready") and not spec.get("unschedulable") and placement.admits(node)
 
 
-def pool(nodes: Iterable[Obj]) -> dict[str, Decimal]:
+def pool(nodes: Iterable[Obj], placement: Placement = ANYWHERE) -> dict[str, Decimal]:
     total = dict.fromkeys(RESOURCES, Decimal(0))
     for node in nodes:
-        if in_pool(node):
+        if in_pool(node, placement):
             allocatable = (node.get("status") or {}).get("allocatable") or {}
             for r in RESOURCES:
                 total[r] += amount(allocatable.get(r, 0))
@@ -83,11 +84,12 @@ def _shown(resource: str, value: Decimal) -> str:
     return f"{value.normalize():f}"
 
 
-async def room_for(host: KubeClient, namespace: str, asked: Mapping[str, Any], overcommit: float) -> str:
+async def room_for(host: KubeClient, namespace: str, asked: Mapping[str, Any], overcommit: float,
+                   placement: Placement = ANYWHERE) -> str:
     """'' when the host's slice pool holds the slice for host ``namespace``; else what is short, and of what."""
     nodes = (await host.get("/api/v1/nodes")).get("items") or []
     quotas = (await host.get("/api/v1/resourcequotas", fieldSelector=f"metadata.name={names.QUOTA}")).get("items")
-    room, taken = pool(nodes), reserved(quotas or [], namespace)
+    room, taken = pool(nodes, placement), reserved(quotas or [], namespace)
     short = shortfall(asked, room, taken, overcommit)
     if not short:
         return ""

@@ -13,6 +13,7 @@ from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery.jsonutil import Obj
 from certs.tenant import TenantPki
 from reconciler.shared import capacity, names, translate
+from reconciler.shared.placement import Placement
 from reconciler.shared.syncer import SliceReport, SliceSyncer, remove_namespace
 from reconciler.tenantapi import admin_client
 from reconciler.versions import KUBERNETES_VERSION
@@ -33,10 +34,12 @@ def _more(new: object, old: object) -> bool:
 
 
 class SharedSlices:
-    def __init__(self, host: KubeClient, events: EventRecorder | None = None, overcommit: float = 1.0) -> None:
+    def __init__(self, host: KubeClient, events: EventRecorder | None = None, overcommit: float = 1.0,
+                 placement: Placement | None = None) -> None:
         self.host = host
         self.events = events
         self.overcommit = overcommit  # how many times the slice pool's allocatable may be promised
+        self.placement = placement or Placement()  # the host's slice node pool
         self._syncers: dict[str, SliceSyncer] = {}
 
     def running(self, vc: Obj) -> bool:
@@ -48,7 +51,8 @@ class SharedSlices:
         syncer = self._syncers.get(meta.uid)
         namespace = names.host_namespace(vc)
         grows = syncer is None or any(_more(slice_.get(r), syncer.slice.get(r)) for r in capacity.RESOURCES)
-        short = await capacity.room_for(self.host, namespace, slice_, self.overcommit) if grows else ""
+        short = await capacity.room_for(self.host, namespace, slice_, self.overcommit,
+                                             self.placement) if grows else ""
         if short and syncer is None:  # no node promises what the host does not have: it waits, Pending
             return SliceReport(namespace, translate.capacity(slice_), reason=INSUFFICIENT, message=short, room=False)
         if short and syncer is not None:  # a slice that runs keeps its size until the host has room for more
@@ -57,7 +61,7 @@ class SharedSlices:
             return syncer.report
         if syncer is None:
             syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), KUBERNETES_VERSION,
-                                 self.events)
+                                 self.events, self.placement)
             self._syncers[meta.uid] = syncer
             syncer.start()
             log.info("shared slice of %s: %s in host namespace %s", meta.key, slice_, syncer.namespace)

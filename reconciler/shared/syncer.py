@@ -28,6 +28,7 @@ from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import now_rfc3339
 from reconciler.shared import names, translate
 from reconciler.shared.names import NODE_NAME
+from reconciler.shared.placement import Placement
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,10 @@ class SliceReport:
 
 class SliceSyncer:
     def __init__(self, vc: Obj, slice_: dict[str, str], host: KubeClient, tenant: KubeClient,
-                 version: str = "v0.0.0", events: EventRecorder | None = None) -> None:
+                 version: str = "v0.0.0", events: EventRecorder | None = None,
+                 placement: Placement | None = None) -> None:
         self.vc = vc
+        self.placement = placement
         self.slice = dict(slice_)
         self.host = host
         self.tenant = tenant
@@ -327,7 +330,7 @@ class SliceSyncer:
             if not self._host[0]:
                 return None  # no pod before the quota is accounted
             try:
-                creates.append((pod, translate.host_pod(self.vc, pod)))
+                creates.append((pod, translate.host_pod(self.vc, pod, self.placement)))
             except translate.Refused as e:
                 return self._refuse(pod, e.reason, e.message)
             return None

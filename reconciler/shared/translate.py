@@ -14,6 +14,7 @@ from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.machinery.jsonutil import Obj
 from reconciler.shared import names
 from reconciler.shared.names import NODE_NAME
+from reconciler.shared.placement import Placement
 
 PODS = "110"
 EPHEMERAL_STORAGE = "100Gi"
@@ -179,7 +180,7 @@ def _field_path(path: str) -> str:
     return path
 
 
-def host_pod(vc: Obj, pod: Obj) -> Obj:
+def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None) -> Obj:
     """The host's pod for a tenant pod bound to the slice's node (:class:`Refused` when it cannot run
     there). Tenant labels and annotations stay out of the host's metadata, where they could steer host
     Services or policies; they travel as annotations for the downward API."""
@@ -237,6 +238,8 @@ def host_pod(vc: Obj, pod: Obj) -> Obj:
         s["name"] = names.host_name(ns, s.get("name", ""))
     for key in STRIPPED:
         spec.pop(key, None)
+    if placement is not None:  # the host's slice node pool, never the tenant's own placement
+        placement.apply(spec)
     spec.update(automountServiceAccountToken=False, enableServiceLinks=False, hostname=name[:63].rstrip("-."))
     notes = {**names.identity(pod, "Pod"),
              names.TENANT_LABELS: orjson.dumps(meta.get("labels") or {}, option=orjson.OPT_SORT_KEYS).decode(),

@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from hack.harness import fake_node
 from hack.stack import Stack
 from reconciler.shared import names
-from tests.conftest import Kubectl, process_stack, vc
+from tests.conftest import Kubectl, running_stack, vc
 from tests.support.promotion import tenant, wait_phase
 
 pytestmark = pytest.mark.e2e
@@ -25,9 +26,13 @@ SLICE = {"cpu": "4", "memory": "8Gi"}
 NODE = names.NODE_NAME
 
 
+POOL = "type=kwok"  # the slice node pool: the four kwok workers (the control-plane node is tainted)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from process_stack(tmp_path_factory.mktemp("shared"), 4, 5)
+    yield from running_stack(tmp_path_factory.mktemp("shared"), nodes=4, lease_seconds=5, runtime="process",
+                             extra_args=["--slice-node-selector", POOL])
 
 
 @pytest.fixture(scope="module")
@@ -425,6 +430,25 @@ def test_a_burst_of_300_pods_in_one_tenant_does_not_hold_up_another_tenants_pod(
           what="all 300 flood pods Running")
     host.run("delete", "vc", "busy", "-n", ns, "--wait", timeout=240)
     t.run("delete", "pod", "quick", "--wait", timeout=90)
+
+
+def test_slice_pods_run_only_on_the_slice_node_pool(host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    """An empty node outside the pool is where the host's scheduler would put them first."""
+    obj, t = sliced
+    namespace = obj["status"]["sharedResources"]["namespace"]
+    host.run("apply", "-f", "-", input=json.dumps(fake_node("outside", 1, labels={"type": "outside"})))
+    try:
+        t.run("create", "deployment", "spread", "--image=docker.io/library/busybox:1.36", "--replicas=4")
+        pods = until(lambda: [p for p in host_pods(host, namespace).values() if "spread" in p["metadata"]["name"]],
+                     lambda ps: len(ps) == 4 and all(p["spec"].get("nodeName") for p in ps), what="4 placed host pods")
+        assert {p["spec"]["nodeName"] for p in pods} <= {n["metadata"]["name"] for n in host.json(
+            "get", "nodes", "-l", POOL)["items"]}
+        terms = pods[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms == {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "type", "operator": "In", "values": ["kwok"]}]}]}
+    finally:
+        t.run("delete", "deployment", "spread", "--wait", timeout=90)
+        host.run("delete", "node", "outside")
 
 
 def test_a_slice_larger_than_the_host_has_free_waits_pending_and_starts_once_it_fits(
