@@ -41,6 +41,7 @@ images: env bins node-packages
 
 up: env bins
 	@if [ "$(REAL_NODES)" != "0" ]; then $(MAKE) --no-print-directory node-packages; fi
+	@ln -sf $(abspath $(VENV))/bin/kubectl-vc .local/bin/kubectl-vc  # `kubectl vc`, beside kubectl on the README's PATH
 	$(PY) -m hack.playground up --nodes $(NODES) --real-nodes $(REAL_NODES)
 
 down: env

@@ -36,7 +36,7 @@ _counter = itertools.count()
 SHARED_LABS = {
     "real-nodes": ("test_real_lifecycle.py", "test_in_cluster.py", "test_real_nodes.py", "test_images.py"),
     "differential": ("test_differential.py", "test_managedfields_differential.py"),
-    "playground": ("test_docs.py", "test_metering.py"),  # one process_host, as `make up` starts it
+    "playground": ("test_docs.py", "test_metering.py", "test_kubectl_plugin.py"),  # one process_host, as `make up` starts it
 }
 LONGEST_FIRST = ("real-nodes", "test_shared_slices.py", "test_hibernation.py", "test_control_plane.py",
                  "test_chaos.py", "test_promotion.py", "test_overload.py", "test_backup.py",

@@ -1,0 +1,271 @@
+"""``kubectl vc``: VirtualClusters from kubectl, installed with the package as ``kubectl-vc``.
+
+Every call goes through the ``kubectl`` on PATH with the caller's ``--kubeconfig``, ``--context`` and
+``-n``, so the host's identity, RBAC and aggregator are exactly kubectl's. ``connect`` merges a
+context whose user is an ``exec`` credential plugin (this very command's ``credential`` verb): kubectl
+asks it for a fresh, short-lived credential through the ``kubeconfig`` subresource whenever the last
+one expires, so access to the tenant lasts as long as the host grants it, and not longer than the
+credential's lifetime after that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from certs.pki import load_cert
+
+GROUP = "kosmos.io"
+VERSION = "v1alpha1"
+WAKE_ANNOTATION = "kosmos.io/wake-requested"
+SNAPSHOT_ANNOTATION = "kosmos.io/snapshot-requested"
+CREDENTIAL_SECONDS = 900  # what `connect`'s exec plugin asks for: short-lived, renewed by kubectl when it expires
+EXEC_API = "client.authentication.k8s.io/v1"
+
+
+class PluginError(Exception):
+    """One clear line for the user, and a non-zero exit."""
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+class Kubectl:
+    """kubectl with the caller's host flags."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.kubeconfig: str | None = args.kubeconfig
+        self.context: str | None = args.context
+        self.namespace: str | None = args.namespace
+        self.binary = shutil.which("kubectl") or _fail("kubectl is not on PATH")
+
+    def flags(self, namespaced: bool = True) -> list[str]:
+        out = []
+        if self.kubeconfig:
+            out += ["--kubeconfig", self.kubeconfig]
+        if self.context:
+            out += ["--context", self.context]
+        if namespaced and self.namespace:
+            out += ["-n", self.namespace]
+        return out
+
+    def run(self, *args: str, namespaced: bool = True, timeout: float = 60) -> str:
+        proc = subprocess.run([self.binary, *self.flags(namespaced), *args], capture_output=True, text=True,
+                              timeout=timeout)
+        if proc.returncode != 0:
+            lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+            last = lines[-1] if lines else f"kubectl {args[0]} failed ({proc.returncode})"
+            raise PluginError(last.removeprefix("error: "))
+        return proc.stdout
+
+    def json(self, *args: str, namespaced: bool = True) -> Any:
+        return json.loads(self.run(*args, "-o", "json", namespaced=namespaced))
+
+    def current_namespace(self) -> str:
+        if self.namespace:
+            return self.namespace
+        found = self.run("config", "view", "--minify", "-o", "jsonpath={..namespace}", namespaced=False).strip()
+        return found or "default"
+
+    def subresource(self, name: str, seconds: int | None = None) -> dict[str, Any]:
+        """The kubeconfig the ``kubeconfig`` subresource mints for this caller."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.current_namespace()}/virtualclusters/{name}/kubeconfig"
+        if seconds is not None:
+            path += f"?expirationSeconds={seconds}"
+        return dict(yaml.safe_load(self.run("get", "--raw", path, namespaced=False)))
+
+
+# -- the verbs ------------------------------------------------------------------------------------------
+
+
+def list_clusters(k: Kubectl, all_namespaces: bool) -> None:
+    items = k.json("get", "virtualclusters", *(["-A"] if all_namespaces else []), namespaced=not all_namespaces)
+    rows = [("NAMESPACE", "NAME", "PHASE", "NODES", "SLICE", "ENDPOINT")]
+    for vc in items.get("items") or []:
+        meta, spec, status = vc["metadata"], vc.get("spec") or {}, vc.get("status") or {}
+        nodes = [n for n in status.get("nodes") or [] if not n.get("shared")]
+        ready = sum(1 for n in nodes if n.get("phase") == "Ready")
+        resources = (spec.get("promoteResources") or {}).get("resources") or {}
+        sliced = (spec.get("promoteResources") or {}).get("resourcesMode", "Shared") == "Shared" and resources
+        slice_text = ",".join(f"{k_}={v}" for k_, v in sorted(resources.items())) if sliced else "-"
+        rows.append((meta["namespace"], meta["name"], status.get("phase") or "Pending", f"{ready}/{len(nodes)}",
+                     slice_text, status.get("controlPlaneEndpoint") or "-"))
+    if len(rows) == 1:
+        print("No VirtualClusters found.", file=sys.stderr)
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def wake(k: Kubectl, name: str) -> bool:
+    """Wake a hibernated cluster (the spec's word, or the annotation for one asleep after inactivity);
+    whether anything was asked."""
+    vc = k.json("get", "virtualcluster", name)
+    conditions = {c.get("type"): c for c in (vc.get("status") or {}).get("conditions") or []}
+    asleep = conditions.get("Hibernated", {})
+    if ((vc.get("spec") or {}).get("hibernation") or {}).get("hibernated"):
+        k.run("patch", "virtualcluster", name, "--type", "merge", "-p", '{"spec":{"hibernation":{"hibernated":false}}}')
+        return True
+    if asleep.get("status") == "True":
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        k.run("annotate", "virtualcluster", name, f"{WAKE_ANNOTATION}={now}", "--overwrite")
+        return True
+    return False
+
+
+def hibernate(k: Kubectl, name: str) -> None:
+    k.run("patch", "virtualcluster", name, "--type", "merge", "-p", '{"spec":{"hibernation":{"hibernated":true}}}')
+
+
+def snapshot(k: Kubectl, name: str) -> None:
+    vc = k.json("get", "virtualcluster", name)
+    if not (vc.get("spec") or {}).get("backup"):
+        raise PluginError(f'virtualcluster "{name}" has no spec.backup: set one (its schedule and how many to keep) '
+                          f"before asking for a snapshot")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    k.run("annotate", "virtualcluster", name, f"{SNAPSHOT_ANNOTATION}={now}", "--overwrite")
+
+
+def exec_credential(k: Kubectl, name: str, seconds: int) -> dict[str, Any]:
+    """An ExecCredential from a fresh credential of the subresource, expiring when it does."""
+    config = k.subresource(name, seconds)
+    user = config["users"][0]["user"]
+    cert = base64.b64decode(user["client-certificate-data"])
+    expires = load_cert(cert).not_valid_after_utc
+    return {"apiVersion": EXEC_API, "kind": "ExecCredential",
+            "status": {"clientCertificateData": cert.decode(),
+                       "clientKeyData": base64.b64decode(user["client-key-data"]).decode(),
+                       "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+
+def _user_kubeconfig(k: Kubectl) -> Path:
+    if k.kubeconfig:
+        return Path(k.kubeconfig)
+    env = os.environ.get("KUBECONFIG", "")
+    return Path(env.split(os.pathsep)[0]) if env else Path.home() / ".kube" / "config"
+
+
+def _plugin_command() -> str:
+    return shutil.which("kubectl-vc") or str(Path(sys.argv[0]).resolve())
+
+
+def connect(k: Kubectl, name: str, timeout: float, switch: bool) -> str:
+    """Wake it if it sleeps, wait until it is Ready, then merge a context for it into the user's kubeconfig
+    (the one kubectl reads: --kubeconfig, else $KUBECONFIG's first file, else ~/.kube/config)."""
+    namespace = k.current_namespace()
+    if wake(k, name):
+        print(f"waking virtualcluster {namespace}/{name}", file=sys.stderr)
+    k.run("wait", f"virtualcluster/{name}", "--for=condition=Ready", f"--timeout={int(timeout)}s", timeout=timeout + 30)
+    minted = k.subresource(name)  # the cluster's address and CA, as the subresource gives them
+    cluster = dict(minted["clusters"][0]["cluster"])
+    entry = f"{namespace}-{name}"
+    args = ["credential", name, "-n", namespace]
+    if k.kubeconfig:
+        args += ["--kubeconfig", str(Path(k.kubeconfig).resolve())]
+    if k.context:
+        args += ["--context", k.context]
+    user = {"exec": {"apiVersion": EXEC_API, "command": _plugin_command(), "args": args,
+                     "interactiveMode": "Never", "provideClusterInfo": False}}
+    path = _user_kubeconfig(k)
+    config = (yaml.safe_load(path.read_text()) if path.exists() else None) or {
+        "apiVersion": "v1", "kind": "Config", "clusters": [], "users": [], "contexts": []}
+
+    def upsert(section: str, value: dict[str, Any]) -> None:
+        kept = [e for e in config.get(section) or [] if e.get("name") != entry]
+        config[section] = [*kept, {"name": entry, **value}]
+    upsert("clusters", {"cluster": cluster})
+    upsert("users", {"user": user})
+    upsert("contexts", {"context": {"cluster": entry, "user": entry}})
+    if switch:
+        config["current-context"] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".kubectl-vc")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    os.replace(tmp, path)
+    return entry
+
+
+# -- the command line -----------------------------------------------------------------------------------
+
+
+def _host_flags(default: Any) -> argparse.ArgumentParser:
+    """kubectl's flags, accepted before the verb and after it (after it they must not reset what came
+    before: their default there is SUPPRESS)."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--kubeconfig", default=default, help="the host's kubeconfig, as kubectl's flag")
+    flags.add_argument("--context", default=default, help="the host context, as kubectl's flag")
+    flags.add_argument("-n", "--namespace", default=default,
+                       help="the VirtualCluster's namespace (default: the context's)")
+    return flags
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _host_flags(argparse.SUPPRESS)
+    p = argparse.ArgumentParser(prog="kubectl vc", description="VirtualClusters from kubectl.",
+                                parents=[_host_flags(None)])
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    ls = verbs.add_parser("list", parents=[common], help="VirtualClusters with phase, nodes, slice and endpoint")
+    ls.add_argument("-A", "--all-namespaces", action="store_true", help="in every namespace")
+    c = verbs.add_parser("connect", parents=[common], help="wake it if hibernated, wait until Ready, and merge a "
+                                                           "context for it into your kubeconfig")
+    c.add_argument("name")
+    c.add_argument("--timeout", type=float, default=300, help="seconds to wait for Ready (default 300)")
+    c.add_argument("--no-switch", action="store_true", help="do not make it the current context")
+    for verb, text in (("hibernate", "stop its control plane, keeping its data, and return its nodes"),
+                       ("wake", "start a hibernated one again"),
+                       ("snapshot", "take a snapshot of its etcd now (spec.backup must be set)")):
+        verbs.add_parser(verb, parents=[common], help=text).add_argument("name")
+    cred = verbs.add_parser("credential", parents=[common],
+                            help="an ExecCredential for kubectl's exec plugin (what connect writes)")
+    cred.add_argument("name")
+    cred.add_argument("--expiration-seconds", type=int, default=CREDENTIAL_SECONDS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    k = Kubectl(args)
+    try:
+        if args.verb == "list":
+            list_clusters(k, args.all_namespaces)
+        elif args.verb == "connect":
+            entry = connect(k, args.name, args.timeout, not args.no_switch)
+            print(f'context "{entry}" written to {_user_kubeconfig(k)}' +
+                  ("" if args.no_switch else '; switched to it (kubectl config use-context to go back)'))
+        elif args.verb == "hibernate":
+            hibernate(k, args.name)
+            print(f"virtualcluster {args.name} hibernating")
+        elif args.verb == "wake":
+            print(f"virtualcluster {args.name} " + ("waking" if wake(k, args.name) else "is not hibernated"))
+        elif args.verb == "snapshot":
+            snapshot(k, args.name)
+            print(f"virtualcluster {args.name}: snapshot requested (kubectl get vc {args.name} -o "
+                  f"jsonpath='{{.status.backups}}' lists it once verified)")
+        elif args.verb == "credential":
+            print(json.dumps(exec_credential(k, args.name, args.expiration_seconds)))
+    except PluginError as e:
+        _fail(str(e))
+    except subprocess.TimeoutExpired:
+        _fail("kubectl did not answer in time")
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        _fail(f"unexpected answer from the host: {e}")
+
+
+if __name__ == "__main__":
+    main()
