@@ -58,7 +58,10 @@ def test_python_dynamic_client_server_side_apply_creates_keeps_conflicts_and_for
     mine = vc("py-ssa", namespace, {"kubeconfig": "a"}, labels={"team": "a"})
     created = client.server_side_apply(vcs, body=mine, field_manager="python-app", serialize=False)
     assert created.status == 201
-    first = client.get(vcs, "py-ssa", namespace)
+    deadline = time.monotonic() + 30  # the reconciler's one status write (no runtime here) comes first
+    while not ((first := client.get(vcs, "py-ssa", namespace)).to_dict().get("status") or {}).get("reason"):
+        assert time.monotonic() < deadline, "the reconciler never wrote the status"
+        time.sleep(0.1)
     assert managers(first) == {("python-app", "Apply"): {"f:metadata": {"f:labels": {"f:team": {}}},
                                                          "f:spec": {"f:kubeconfig": {}}}}
     # The same configuration again is a no-op: same resourceVersion.
