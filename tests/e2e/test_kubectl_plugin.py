@@ -31,9 +31,12 @@ def home(process_host: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def kubectl(kubeconfig: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """kubectl as a user types it; a plugin's flags come after its name (kubectl refuses them before)."""
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), str(BIN), os.environ["PATH"]])}
-    return subprocess.run([str(BIN / "kubectl"), "--kubeconfig", str(kubeconfig), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    head = [args[0], "--kubeconfig", str(kubeconfig)] if args[0] == "vc" else ["--kubeconfig", str(kubeconfig),
+                                                                                args[0]]
+    return subprocess.run([str(BIN / "kubectl"), *head, *args[1:]], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def test_connect_list_hibernate_and_wake_through_kubectl_vc(home: Path) -> None:
