@@ -15,7 +15,7 @@ import logging
 from apiserver.apis.quota import RESOURCES
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.machinery import errors
-from apiserver.registry.quota import recount
+from apiserver.registry.quota import caps, recount
 from apiserver.registry.store import Registry
 from apiserver.storage.interface import ListOptions
 
@@ -72,5 +72,4 @@ class QuotaRecount:
         except (HostError, HostUnavailable) as e:
             log.warning("listing the host's resource quotas: %s", e)
             return set()
-        return {q["metadata"]["namespace"] for q in items
-                if set((q.get("spec") or {}).get("hard") or {}) & set(RESOURCES)}
+        return {q["metadata"]["namespace"] for q in items if caps(q, RESOURCES)}

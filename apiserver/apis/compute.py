@@ -9,7 +9,7 @@ from typing import Any
 
 from apiserver.apis.sharedslice import dedicated_resources, shared_slice
 
-__all__ = ["asks_for_compute", "requests_nodes"]
+__all__ = ["asks_for_compute", "named_nodes", "requests_nodes"]
 
 
 def requests_nodes(spec: Mapping[str, Any]) -> bool:
@@ -24,3 +24,10 @@ def requests_nodes(spec: Mapping[str, Any]) -> bool:
 def asks_for_compute(spec: Mapping[str, Any] | None) -> bool:
     """Whether the spec gives the tenant compute: host nodes (by count, name or resources) or a slice."""
     return requests_nodes(spec or {}) or shared_slice(spec) is not None
+
+
+def named_nodes(spec: Mapping[str, Any]) -> list[str]:
+    """The nodes the spec names (``promoteResources.nodes``, then ``nodeInfos``), each once, in order."""
+    resources = spec.get("promoteResources") or {}
+    return list(dict.fromkeys([*(resources.get("nodes") or []),
+                               *(i.get("nodeName", "") for i in resources.get("nodeInfos") or [])]))

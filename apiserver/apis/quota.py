@@ -27,7 +27,7 @@ from apiserver.apis.sharedslice import dedicated_resources, quantity_text, share
 from apiserver.machinery.quantity import QuantityError, parse_quantity
 
 __all__ = ["COUNT", "PROMOTED_NODES", "RESOURCES", "SLICE_CPU", "SLICE_MEMORY", "SLICE_STORAGE", "Usage",
-           "add", "format_amount", "increases", "usage"]
+           "add", "amount", "format_amount", "increases", "usage"]
 
 COUNT = "count/virtualclusters.kosmos.io"
 SLICE_CPU = "virtualclusters.kosmos.io/slice-millicpu"
@@ -42,7 +42,8 @@ Usage = dict[str, Decimal]
 _SLICE = {"cpu": SLICE_CPU, "memory": SLICE_MEMORY, "storage": SLICE_STORAGE, "ephemeral-storage": SLICE_STORAGE}
 
 
-def _amount(value: Any) -> Decimal:
+def amount(value: Any) -> Decimal:
+    """A stored quantity's value; one that is no quantity (validation refuses it first) counts nothing."""
     try:
         return parse_quantity(quantity_text(value))
     except QuantityError:  # validation refuses it before admission; nothing to count
@@ -58,8 +59,8 @@ def usage(spec: Mapping[str, Any] | None) -> Usage:
     for resource, value in (shared_slice(spec) or {}).items():
         name = _SLICE.get(resource)
         if name is not None:
-            amount = _amount(value) * (1000 if name == SLICE_CPU else 1)
-            used[name] += amount.to_integral_value(ROUND_CEILING)
+            counted = amount(value) * (1000 if name == SLICE_CPU else 1)
+            used[name] += counted.to_integral_value(ROUND_CEILING)
     resources = spec.get("promoteResources") if isinstance(spec.get("promoteResources"), dict) else {}
     nodes = sum(int(p.get("nodeCount") or 0) for p in spec.get("promotePolicies") or [] if isinstance(p, dict))
     nodes += len(resources.get("nodes") or []) + len(resources.get("nodeInfos") or [])

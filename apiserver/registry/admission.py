@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from apiserver.apis.compute import named_nodes
 from apiserver.apis.quota import PROMOTED_NODES, usage
 from apiserver.apis.resource import ResourceInfo
 from apiserver.auth.authn import Attributes, Authorizer, UserInfo, forbidden_message
@@ -122,12 +123,6 @@ def promote_attributes(info: ResourceInfo, namespace: str, name: str) -> Attribu
                       version=info.version, resource=info.resource, subresource=PROMOTE, name=name)
 
 
-def _named_nodes(obj: Obj | None) -> set[str]:
-    resources = ((obj or {}).get("spec") or {}).get("promoteResources") or {}
-    infos = [i.get("nodeName") for i in resources.get("nodeInfos") or [] if isinstance(i, dict)]
-    return {str(n) for n in [*(resources.get("nodes") or []), *infos]}
-
-
 class PromoteAuthorization:
     """Promotion cordons and drains whole host nodes, evicting other teams' pods from them: a create that
     promotes any node (by policy, name, nodeInfos or Dedicated resources), and an update that promotes
@@ -144,7 +139,8 @@ class PromoteAuthorization:
             return
         wanted = usage(request.obj.get("spec"))[PROMOTED_NODES]
         had = usage(request.old.get("spec"))[PROMOTED_NODES] if request.old is not None else 0
-        if wanted <= had and _named_nodes(request.obj) <= _named_nodes(request.old):
+        named = set(named_nodes(request.obj.get("spec") or {}))
+        if wanted <= had and named <= set(named_nodes((request.old or {}).get("spec") or {})):
             return
         attrs = promote_attributes(request.info, request.namespace, request.name)
         allowed, reason = await self.authorizer.authorize(user, attrs)

@@ -46,7 +46,7 @@ def _amounts(values: Any) -> Usage:
     return out
 
 
-def _applies(rq: Obj, asked: Iterable[str]) -> set[str]:
+def caps(rq: Obj, asked: Iterable[str]) -> set[str]:
     """Which of ``asked`` this quota caps; none for a scoped quota (scopes select pods, never ours)."""
     spec = rq.get("spec") or {}
     if spec.get("scopes") or spec.get("scopeSelector"):
@@ -58,7 +58,7 @@ def check(rq: Obj, asked: Mapping[str, Decimal]) -> tuple[str | None, Usage]:
     """kube's evaluation of one quota: its refusal message, or None and its ``used`` with ``asked`` added."""
     meta, status = rq.get("metadata") or {}, rq.get("status") or {}
     name = meta.get("name", "")
-    names = _applies(rq, asked)
+    names = caps(rq, asked)
     hard, used = _amounts(status.get("hard")), _amounts(status.get("used"))
     unknown = sorted(r for r in names if r not in hard)
     if unknown:  # kube's wording; a used that is absent is 0 here: these names are ours to count, not the host's
@@ -94,7 +94,7 @@ class QuotaAdmission:
         if not asked:
             return
         namespace = request.namespace
-        quotas = [rq for rq in await self._quotas(namespace) if _applies(rq, asked)]
+        quotas = [rq for rq in await self._quotas(namespace) if caps(rq, asked)]
         for rq in quotas:  # every quota is checked before any is charged
             refusal, _ = check(rq, asked)
             if refusal:
@@ -137,7 +137,7 @@ class QuotaAdmission:
                 return []
             raise errors.service_unavailable(f"cannot read the resource quotas of namespace {namespace} on the "
                                              f"host right now") from None
-        if any(_applies(rq, quota.RESOURCES) for rq in quotas):
+        if any(caps(rq, quota.RESOURCES) for rq in quotas):
             self._uncapped.discard(namespace)
         else:
             self._uncapped.add(namespace)
@@ -159,7 +159,7 @@ async def recount(client: KubeClient, namespace: str, specs: Iterable[Mapping[st
         total = quota.add(total, quota.usage(spec))
     written = 0
     for rq in (await client.get(_path(namespace))).get("items") or []:
-        names = _applies(rq, quota.RESOURCES)
+        names = caps(rq, quota.RESOURCES)
         if not names:
             continue
         used = _amounts((rq.get("status") or {}).get("used"))

@@ -166,7 +166,7 @@ class ControlPlaneController:
             return None
         if slice_ is not None:
             return await self.slices.ensure(vc.raw, slice_, pki, endpoint)
-        if self.slices.running(vc.raw) or vc.status.shared_resources:
+        if self.slices.may_hold(vc.raw):
             await self.slices.remove(vc.raw, tenant)
         return None
 
@@ -248,8 +248,7 @@ class ControlPlaneController:
                     if released:
                         log.info("returned %d node(s) of %s/%s to the host", released, vc.meta.namespace,
                                  vc.meta.name)
-                if (self.slices is not None and (self.slices.running(vc.raw) or vc.spec.slice
-                                                 or vc.status.shared_resources)
+                if (self.slices is not None and self.slices.may_hold(vc.raw)
                         and not await self.slices.remove(vc.raw, tenant)):
                     raise Requeue(SLICE_POLL)  # the host namespace is still terminating
         except (HostUnavailable, HostError) as e:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from apiserver.apis.compute import named_nodes
 from apiserver.apis.conditions import is_true
 from apiserver.apis.sharedslice import dedicated_resources
 from apiserver.machinery.quantity import QuantityError, parse_quantity
@@ -68,13 +69,6 @@ def free(node: Node) -> bool:
     """Eligible for a new claim: Ready, a worker, claimed by nobody, not cordoned by someone."""
     return (is_ready(node) and not is_control_plane(node) and not claim_of(node)
             and not (node.get("spec") or {}).get("unschedulable"))
-
-
-def named_nodes(spec: Mapping[str, Any]) -> list[str]:
-    """The nodes the spec names (``promoteResources.nodes``, then ``nodeInfos``), each once, in order."""
-    resources = spec.get("promoteResources") or {}
-    return list(dict.fromkeys([*(resources.get("nodes") or []),
-                               *(i.get("nodeName", "") for i in resources.get("nodeInfos") or [])]))
 
 
 def still_chosen(spec: Mapping[str, Any], seen: Node, now: Node) -> bool:

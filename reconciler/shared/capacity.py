@@ -16,23 +16,15 @@ from decimal import Decimal
 from typing import Any
 
 from apiserver.apis.conditions import is_true
-from apiserver.apis.quota import SLICE_MEMORY, format_amount
+from apiserver.apis.quota import SLICE_MEMORY, amount, format_amount
 from apiserver.kubeclient.client import KubeClient
 from apiserver.machinery.jsonutil import Obj
-from apiserver.machinery.quantity import QuantityError, parse_quantity
 from reconciler.shared import names
 from reconciler.shared.placement import Placement
 
 ANYWHERE = Placement()
 RESOURCES = ("cpu", "memory")  # what a node's allocatable and a slice's quota both name
 QUOTA_NAMES = {"cpu": "requests.cpu", "memory": "requests.memory"}
-
-
-def amount(value: Any) -> Decimal:
-    try:
-        return parse_quantity(str(value))
-    except QuantityError:
-        return Decimal(0)
 
 
 def in_pool(node: Obj, placement: Placement = ANYWHERE) -> bool:

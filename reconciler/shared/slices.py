@@ -45,6 +45,12 @@ class SharedSlices:
     def running(self, vc: Obj) -> bool:
         return VirtualCluster(vc).meta.uid in self._syncers
 
+    def may_hold(self, vc: Obj) -> bool:
+        """Whether a slice of this VirtualCluster may be on the host: its syncer runs here, or its spec
+        or status names one (a slice left by another leader, or by a spec that no longer asks)."""
+        view = VirtualCluster(vc)
+        return self.running(vc) or view.spec.slice is not None or view.status.shared_resources is not None
+
     async def ensure(self, vc: Obj, slice_: dict[str, str], pki: TenantPki, endpoint: str) -> SliceReport:
         """The slice's syncer runs (started on first sight, resized on a change); what it reports."""
         meta = VirtualCluster(vc).meta
