@@ -23,6 +23,7 @@ from certs.tenant import RENEW_BEFORE, VALIDITY_DAYS, TenantPki
 from reconciler.runtime.base import Obj
 from reconciler.runtime.pods.host import Host
 from reconciler.runtime.pods.hostobjects import HostObjects, Plan, claim_shape, digest
+from reconciler.runtime.pods.startorder import Stage
 
 __all__ = ["apply_all"]
 
@@ -30,25 +31,28 @@ log = logging.getLogger(__name__)
 
 
 async def apply_all(host: Host, objects: HostObjects, plan: Plan, pki: TenantPki, endpoint: str, port: int,
-                    node: str | None, scheduling: bool) -> None:
-    """Apply every object of the tenant: Secrets, etcd, the apiserver (reached at ``endpoint``, on
-    ``port``, preferring ``node`` with hostNetwork), the controller-manager and the scheduler (scaled
-    up when ``scheduling``)."""
-    secrets = objects.secrets(plan, pki, endpoint, port, await _etcd_certs(host, plan, pki))
+                    service_ip: str | None, node: str | None, stage: Stage, scheduling: bool) -> None:
+    """Apply every object of the tenant: etcd's Services, Secrets, etcd, the apiserver (reached at
+    ``endpoint``, on ``port``, in the host at ``service_ip``, preferring ``node`` with hostNetwork), the
+    controller-manager and the scheduler (scaled up when ``scheduling``); the workloads ``stage`` does not
+    start yet at zero replicas."""
+    await host.apply(objects.etcd_service(plan))
+    etcd_ip = str((await host.apply(objects.etcd_client_service(plan)))["spec"]["clusterIP"])
+    secrets = objects.secrets(plan, pki, endpoint, port, service_ip, await _etcd_certs(host, plan, pki, etcd_ip))
     for secret in secrets.values():
         await host.apply(secret)
     hashes = {c: digest(s["data"]) for c, s in secrets.items()}
-    await host.apply(objects.etcd_service(plan))
     await host.apply(objects.etcd(plan, hashes["etcd"], await _etcd_claims(host, plan)))
-    await host.apply(objects.apiserver(plan, port, hashes["apiserver"], node))
-    await host.apply(objects.controller_manager(plan, hashes["controller-manager"]))
-    await host.apply(objects.scheduler(plan, hashes["scheduler"], scheduling))
+    await host.apply(objects.apiserver(plan, port, hashes["apiserver"], node, etcd_ip, stage >= Stage.APISERVER))
+    await host.apply(objects.controller_manager(plan, hashes["controller-manager"], stage == Stage.ALL))
+    await host.apply(objects.scheduler(plan, hashes["scheduler"], scheduling and stage == Stage.ALL))
 
 
-async def _etcd_certs(host: Host, plan: Plan, pki: TenantPki) -> dict[str, bytes | str]:
-    """etcd serving and peer certificates for its DNS names: the ones in the Secret while still good."""
+async def _etcd_certs(host: Host, plan: Plan, pki: TenantPki, client_ip: str) -> dict[str, bytes | str]:
+    """etcd serving and peer certificates for its DNS names and its client Service's IP: the ones in the
+    Secret while still good."""
     hosts = [f"*.{plan.etcd_service_dns}", f"*.{plan.etcd_service_dns}.cluster.local", plan.etcd_service_dns,
-             "localhost", "127.0.0.1"]
+             "localhost", "127.0.0.1", client_ip]
     existing = await host.get("Secret", plan.namespace, plan.object_name("etcd"))
     old = {k: base64.b64decode(v) for k, v in ((existing or {}).get("data") or {}).items()}
     out: dict[str, bytes | str] = {"etcd-ca.crt": pki.files["etcd-ca.crt"]}

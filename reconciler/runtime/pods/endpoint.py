@@ -122,16 +122,16 @@ class Endpoints:
                 if self._nodes is None:
                     raise RuntimeFailure("HostUnavailable", f"listing the host's control-plane nodes: {e}") from None
 
-    async def port(self, objects: HostObjects, plan: Plan) -> int:
-        """The port users reach: the Service's nodePort (the Service applied), or the apiserver's host port
-        with hostNetwork (a Service left by a NodePort spec deleted)."""
+    async def port(self, objects: HostObjects, plan: Plan) -> tuple[int, str | None]:
+        """The port users reach and the Service's cluster IP: the Service's nodePort (the Service applied),
+        or the apiserver's host port with hostNetwork and no Service (one left by a NodePort spec deleted)."""
         if not plan.host_network:
             service = await self.host.apply(objects.apiserver_service(plan))
-            return int(service["spec"]["ports"][0]["nodePort"])
+            return int(service["spec"]["ports"][0]["nodePort"]), str(service["spec"]["clusterIP"])
         await self.host.delete("Service", plan.namespace, plan.object_name("apiserver"))
         if plan.external_port:
-            return plan.external_port
-        return await self._allocate_host_port(plan)
+            return plan.external_port, None
+        return await self._allocate_host_port(plan), None
 
     async def _allocate_host_port(self, plan: Plan) -> int:
         """Keep the port this tenant has; else the first one no other hostNetwork tenant apiserver uses."""

@@ -143,15 +143,16 @@ class HostObjects:
 
     # -- secrets -------------------------------------------------------------------------
 
-    def secrets(self, plan: Plan, pki: TenantPki, endpoint: str, port: int,
+    def secrets(self, plan: Plan, pki: TenantPki, endpoint: str, port: int, service_ip: str | None,
                 etcd_certs: dict[str, bytes | str]) -> dict[str, Obj]:
         """One Secret per component (and the admin kubeconfig), keyed by component; ``etcd_certs`` are
         etcd's serving and peer pairs for its DNS names, which the tenant PKI's (loopback only) are not."""
         f = pki.files
-        # in-cluster components reach a NodePort apiserver through its Service, naming a SAN it has
+        # in-cluster components reach a NodePort apiserver at its Service's IP (``service_ip``; not by name,
+        # which the cluster DNS may answer from a recreated Service's past), naming a SAN it has
         internal: tuple[str, str | None] = (url(plan.endpoint_host, port), None)
-        if not plan.host_network:
-            internal = (f"https://{plan.object_name('apiserver')}.{plan.namespace}.svc:{APISERVER_PORT}", "kubernetes")
+        if service_ip:
+            internal = (url(service_ip, APISERVER_PORT), "kubernetes")
         return {
             "etcd": self.secret(plan, "etcd", etcd_certs),
             "apiserver": self.secret(plan, "apiserver", {**{k: f[k] for k in (
@@ -211,10 +212,19 @@ class HostObjects:
         return f"{self.registry}/{BINARY[component]}:{self.kubernetes_version}"
 
     def etcd_service(self, plan: Plan) -> Obj:
+        """Headless, for the members' own names (peers, and what they advertise)."""
         return {"apiVersion": "v1", "kind": "Service", "metadata": self.meta(plan, "etcd"),
                 "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": plan.labels("etcd"),
                          "ports": [{"name": "client", "port": ETCD_CLIENT, "targetPort": ETCD_CLIENT},
                                    {"name": "peer", "port": ETCD_PEER, "targetPort": ETCD_PEER}]}}
+
+    def etcd_client_service(self, plan: Plan) -> Obj:
+        """What the apiserver dials etcd at, by its cluster IP: a member's name looked up before its pod has an
+        address is cached as missing by the cluster DNS, and a recreated member's old address as present, each
+        for longer than the apiserver waits for etcd at start; a Service's IP has neither problem."""
+        return {"apiVersion": "v1", "kind": "Service", "metadata": self.meta(plan, "etcd", "-client"),
+                "spec": {"type": "ClusterIP", "selector": plan.labels("etcd"),
+                         "ports": [{"name": "client", "port": ETCD_CLIENT, "targetPort": ETCD_CLIENT}]}}
 
     def apiserver_service(self, plan: Plan) -> Obj:
         port: Obj = {"name": "https", "port": APISERVER_PORT, "targetPort": APISERVER_PORT, "protocol": "TCP"}
@@ -252,8 +262,7 @@ class HostObjects:
             "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
             "ports": [{"name": "client", "containerPort": ETCD_CLIENT}, {"name": "peer", "containerPort": ETCD_PEER},
                       {"name": "probe", "containerPort": ETCD_PROBE}],
-            "livenessProbe": _http_probe("/livez", ETCD_PROBE, "HTTP", failures=8),
-            "readinessProbe": _http_probe("/readyz", ETCD_PROBE, "HTTP", failures=3),
+            **_probes("/livez", "/readyz", ETCD_PROBE, "HTTP"),
             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
             "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"},
                              {"name": "pki", "mountPath": p, "readOnly": True}],
@@ -267,11 +276,13 @@ class HostObjects:
                              plan, "etcd", container, [self._secret_volume(plan, "etcd", "pki")])),
                          "volumeClaimTemplates": claims}}
 
-    def apiserver(self, plan: Plan, host_port: int, pki_hash: str, node: str | None) -> Obj:
-        """kube-apiserver's Deployment; with hostNetwork it prefers ``node``, the one users are sent to."""
+    def apiserver(self, plan: Plan, host_port: int, pki_hash: str, node: str | None, etcd_ip: str,
+                  running: bool = True) -> Obj:
+        """kube-apiserver's Deployment, dialling etcd at its client Service's IP, scaled to zero until
+        ``running`` (:mod:`.startorder`); with hostNetwork it prefers ``node``, the one users are sent to."""
         port = host_port if plan.host_network else APISERVER_PORT
         p = PKI_DIR
-        etcd = ",".join(f"https://{plan.etcd_member(i)}:{ETCD_CLIENT}" for i in range(self.etcd_replicas))
+        etcd = url(etcd_ip, ETCD_CLIENT)
         container = {
             "name": "kube-apiserver", "image": self.image("apiserver"),
             "command": ["kube-apiserver", *apiserver_flags(
@@ -279,8 +290,7 @@ class HostObjects:
                 audit_policy=f"{p}/{AUDIT_POLICY}", audit_log="-", tuning=self.tuning)],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
-            "livenessProbe": _http_probe("/livez", port, "HTTPS", failures=8),
-            "readinessProbe": _http_probe("/readyz", port, "HTTPS", failures=3),
+            **_probes("/livez", "/readyz", port, "HTTPS"),
             "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
             "volumeMounts": [{"name": "pki", "mountPath": p, "readOnly": True}],
         }
@@ -294,8 +304,8 @@ class HostObjects:
                 spec["affinity"]["nodeAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [{
                     "weight": 100, "preference": {"matchFields": [
                         {"key": "metadata.name", "operator": "In", "values": [node]}]}}]}
-        return self._deployment(plan, "apiserver", plan.replicas, self._template(plan, "apiserver", pki_hash, spec),
-                                strategy)
+        return self._deployment(plan, "apiserver", plan.replicas if running else 0,
+                                self._template(plan, "apiserver", pki_hash, spec), strategy)
 
     def _kube_component(self, plan: Plan, component: str, pki_hash: str, flags: list[str], port: int,
                         cpu: str, replicas: int = 1) -> Obj:
@@ -303,17 +313,18 @@ class HostObjects:
         container = {
             "name": BINARY[component], "image": self.image(component), "command": [BINARY[component], *flags],
             "ports": [{"name": "https", "containerPort": port}],
-            "livenessProbe": _http_probe("/healthz", port, "HTTPS", failures=8),
+            **_probes("/healthz", None, port, "HTTPS"),
             "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}},
             "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
         }
         spec = self.pod_spec(plan, component, container, [self._secret_volume(plan, component, "config")])
         return self._deployment(plan, component, replicas, self._template(plan, component, pki_hash, spec))
 
-    def controller_manager(self, plan: Plan, pki_hash: str) -> Obj:
+    def controller_manager(self, plan: Plan, pki_hash: str, running: bool = True) -> Obj:
+        """Scaled to zero until its apiserver answers (:mod:`.startorder`)."""
         port = 10257
         return self._kube_component(plan, "controller-manager", pki_hash, controller_manager_flags(
-            CONFIG_DIR, KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "200m")
+            CONFIG_DIR, KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "200m", 1 if running else 0)
 
     def scheduler(self, plan: Plan, pki_hash: str, running: bool) -> Obj:
         """Scaled to zero until the tenant has something to schedule (:mod:`.scheduling`)."""
@@ -340,6 +351,14 @@ def _kubeconfig(pki: TenantPki, stem: str, server: str, tls_server_name: str | N
     return json.dumps(config, sort_keys=True)
 
 
-def _http_probe(path: str, port: int, scheme: str, failures: int) -> Obj:
-    return {"httpGet": {"path": path, "port": port, "scheme": scheme}, "initialDelaySeconds": 10,
-            "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": failures}
+def _probes(live: str, ready: str | None, port: int, scheme: str) -> Obj:
+    """A startup probe asked every second (for five minutes), so a component is known live the second it
+    is, and is not killed while it starts; then liveness as kubeadm's (8 misses 10 s apart), and readiness
+    every second, as kubeadm's apiserver: a Service sends nothing to a pod until it is ready."""
+    def probe(path: str, period: int, failures: int) -> Obj:
+        return {"httpGet": {"path": path, "port": port, "scheme": scheme}, "periodSeconds": period,
+                "timeoutSeconds": 5, "failureThreshold": failures}
+    probes = {"startupProbe": probe(live, 1, 300), "livenessProbe": probe(live, 10, 8)}
+    if ready:
+        probes["readinessProbe"] = probe(ready, 1, 3)
+    return probes

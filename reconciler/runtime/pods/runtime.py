@@ -7,12 +7,14 @@ and a second call changes nothing:
 - Secrets ``<vc>-etcd``, ``<vc>-apiserver``, ``<vc>-controller-manager``, ``<vc>-scheduler``,
   ``<vc>-admin``: each component mounts only what it uses. The cluster CA key is only in the
   controller-manager's (it signs CSRs); the front-proxy and etcd CA keys are in none.
-- etcd: a StatefulSet with a headless Service ``<vc>-etcd`` for peer and client DNS, with certificates
-  for those names (:mod:`.apply`).
+- etcd: a StatefulSet with a headless Service ``<vc>-etcd`` for its members' names, and a Service
+  ``<vc>-etcd-client`` whose cluster IP the apiserver dials, with certificates for both (:mod:`.apply`).
 - kube-apiserver, kube-controller-manager, kube-scheduler: Deployments with the flags of
   :mod:`reconciler.runtime.flags`, as the ``process`` runtime's; leader election is on, since a rolling
   update briefly runs two controller-managers or schedulers. The scheduler's stays at zero replicas
   until the tenant has something to schedule (:mod:`reconciler.runtime.scheduling`).
+- They start in order, so none crashes into the kubelet's back-off: the apiserver once etcd is ready,
+  the others once it answers (:mod:`.startorder`).
 - The apiserver is reached through a NodePort Service or on a host port (:mod:`.endpoint`).
 
 Every pod lands on control-plane nodes, and a change of a component's Secret rolls its pods (a hash of
@@ -62,6 +64,7 @@ from reconciler.runtime.pods.hostobjects import (
     selector,
     url,
 )
+from reconciler.runtime.pods.startorder import Stage, StartOrder
 from reconciler.runtime.scheduling import Scheduling, was_ready
 from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import TenantClients
@@ -96,6 +99,7 @@ class PodsRuntime:
     reapply_after: float = REAPPLY_AFTER
     clients: TenantClients = field(default_factory=TenantClients, repr=False)
     scheduling: Scheduling = field(default_factory=Scheduling, repr=False)
+    start_order: StartOrder = field(default_factory=StartOrder, repr=False)
     # by tenant: the plan and PKI digest its host objects were last applied from, and (endpoint, port) found
     _applied: PassMemo[tuple[str, int]] = field(default_factory=PassMemo, repr=False)
     host: Host = field(init=False, repr=False)
@@ -129,11 +133,12 @@ class PodsRuntime:
         plan = Plan.of(vc, self.endpoint_host(vc))
         tenant = (plan.namespace, plan.name)
         scheduling = self.scheduling.known(tenant, vc)
+        stage = await self.start_order.stage(self.host, plan, self.etcd_replicas)
         asked = False  # the tenant is asked at most once a pass whether it has something to schedule
-        applied = self._applied.recall(tenant, (plan, pki.digest(), scheduling), self.reapply_after)
+        applied = self._applied.recall(tenant, (plan, pki.digest(), scheduling, stage), self.reapply_after)
         if applied is None:
             started = time.monotonic()
-            port = await self.endpoints.port(self.objects, plan)
+            port, service_ip = await self.endpoints.port(self.objects, plan)
             endpoint = url(plan.endpoint_host, port)
             # Known before it is applied, so that a new leader scales nothing down: a scheduler Deployment
             # scaled up (by this server or an earlier leader; hibernation scales it to zero) is the pods
@@ -144,11 +149,14 @@ class PodsRuntime:
             if not scheduling and was_ready(vc):
                 asked = True
                 scheduling = await self.scheduling.wanted(tenant, vc, await self.clients.get(*tenant, pki, endpoint))
-            await apply_all(self.host, self.objects, plan, pki, endpoint, port, self.endpoints.node(plan.endpoint_host),
-                            scheduling)
-            self._applied.remember(tenant, (plan, pki.digest(), scheduling), started, (endpoint, port))
+            await apply_all(self.host, self.objects, plan, pki, endpoint, port, service_ip,
+                            self.endpoints.node(plan.endpoint_host), stage, scheduling)
+            self._applied.remember(tenant, (plan, pki.digest(), scheduling, stage), started, (endpoint, port))
             applied = endpoint, port
         state = await supervisor.state(self.host, self.clients, plan, pki, *applied)
+        if state.ready and stage < Stage.ALL:
+            self.start_order.answered(plan)
+            return await self.ensure(vc, pki)  # the apiserver answers: a full pass starts the rest
         if state.ready and not scheduling and not asked and await self.scheduling.wanted(
                 tenant, vc, await self.clients.get(*tenant, pki, state.endpoint)):
             return await self.ensure(vc, pki)  # the scheduler is wanted now: a full pass scales it up
@@ -216,6 +224,7 @@ class PodsRuntime:
     async def release(self) -> None:
         self._applied.clear()
         self.scheduling.clear()
+        self.start_order.clear()
         await self.clients.close()
 
     async def _forget(self, namespace: str, name: str) -> None:
@@ -223,4 +232,5 @@ class PodsRuntime:
         self.endpoints.forget(namespace, name)
         self._applied.forget((namespace, name))
         self.scheduling.forget((namespace, name))
+        self.start_order.forget((namespace, name))
         await self.clients.forget(namespace, name)
