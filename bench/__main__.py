@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="kwok nodes in the promotion benchmark's host")
     p.add_argument("--promotion-wanted", type=int, default=int(os.environ.get("BENCH_PROMOTION_WANTED", "500")),
                    help="nodes the promotion benchmark's VirtualCluster asks for")
-    p.add_argument("--realnodes-rounds", type=int, default=3,
+    p.add_argument("--realnodes-rounds", type=int, default=5,
                    help="rounds of the real-node family (root: kubelet + containerd nodes, hack/realnodes.py)")
     p.add_argument("--shared-pods", type=int,
                    default=int(os.environ["BENCH_SHARED_PODS"]) if "BENCH_SHARED_PODS" in os.environ else None,

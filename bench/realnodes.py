@@ -1,10 +1,13 @@
 """Real-node benchmark: the production path on real kubelets (hack/realnodes.py), against its floors.
 
 - **Control plane as pods**: VirtualCluster create → Ready with the ``pods`` runtime on the real
-  control-plane node, against the floor: the very objects the runtime applied (Secrets, Services,
-  the etcd StatefulSet, the Deployments, dumped from the host after a round) applied again directly
-  with kubectl, until every pod is Ready and the tenant apiserver answers ``/readyz`` at the same
-  endpoint. The difference is what vc-apiserver adds: PKI, its passes, its readiness checks.
+  control-plane node, against the floor: the same four components with the same images, flags and
+  probes (the very objects the runtime applied, dumped from the host after a round, Service IPs kept),
+  started by hand in dependency order on the same kubelet, each only once what it needs answers, polled
+  every 0.2 s: etcd until its pod is Ready, the apiserver until ``/readyz`` answers at the same endpoint,
+  then the controller-manager, where ours says Ready. The difference is what vc-apiserver adds: PKI,
+  its passes, its readiness checks, the tenant's bootstrap.
+- **Wake**: a hibernated tenant (every pod gone, its etcd volume kept) woken → Ready.
 - **Promote**: the real worker added to a Ready tenant → a tenant pod that waited for a node Running
   on it (drain in the host, the agent's join, the kubelet's restart, registration, scheduling).
 - **Release**: the worker taken out of the tenant → a host pod bound to it Running again.
@@ -24,7 +27,7 @@ from typing import Any
 from hack.harness import wait_until
 from hack.stack import Stack, StackPorts
 from reconciler.runtime.base import FIELD_MANAGER
-from reconciler.runtime.pods import MANAGED_BY, OWNER
+from reconciler.runtime.pods import COMPONENT, MANAGED_BY, OWNER
 
 from .stats import Ratio
 
@@ -62,19 +65,10 @@ def _dump(stack: Stack, name: str) -> list[dict[str, Any]]:
         for obj in _json(stack, "get", kind, "-n", NS, "-l", f"{OWNER}={name}")["items"]:
             meta = obj["metadata"]
             obj["metadata"] = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
-            obj.pop("status", None)
-            if obj["kind"] == "Service" and obj["spec"].get("clusterIP") != "None":  # headless stays headless
-                for key in ("clusterIP", "clusterIPs"):
-                    obj["spec"].pop(key, None)
+            obj.pop("status", None)  # a Service keeps its IP, which the components' flags and kubeconfigs name
             out.append(obj)
     mark = json.dumps({MANAGED_BY: FIELD_MANAGER})[1:-1]
     return list(json.loads(json.dumps(out).replace(mark, json.dumps({MANAGED_BY: "bench-floor"})[1:-1])))
-
-
-def _replicas(manifests: list[dict[str, Any]]) -> int:
-    """The pods the workloads of ``manifests`` ask for: the scheduler of a tenant with nothing to schedule
-    is scaled to zero, as ours runs it."""
-    return sum(int(m["spec"].get("replicas", 1)) for m in manifests if m["kind"] in ("Deployment", "StatefulSet"))
 
 
 def _pods_ready(stack: Stack, name: str, expected: int) -> bool:
@@ -100,24 +94,44 @@ def _answers(endpoint: str) -> Callable[[], bool]:
     return check
 
 
-def control_plane_round(stack: Stack, name: str) -> tuple[float, float]:
-    """(ours, floor) seconds for one tenant control plane as pods."""
+def _component(manifest: dict[str, Any]) -> str:
+    return str(manifest["metadata"]["labels"].get(COMPONENT, ""))
+
+
+def _hibernated(stack: Stack, name: str, asleep: bool) -> None:
+    stack.host.kubectl("patch", "vc", name, "-n", NS, "--type=merge", "-p",
+                       json.dumps({"spec": {"hibernation": {"hibernated": asleep}}}))
+
+
+def control_plane_round(stack: Stack, name: str) -> tuple[float, float, float]:
+    """(ours, wake, floor) seconds for one tenant control plane as pods."""
     k = stack.host.kubectl
     k("create", "-f", "-", input=json.dumps(_vc(name, [])))
     ours = _timed(f"{name} Ready", lambda: _ready(stack, name))
     endpoint = _json(stack, "get", "vc", name, "-n", NS)["status"]["controlPlaneEndpoint"]
     manifests = _dump(stack, name)
+    _hibernated(stack, name, True)
+    wait_until(lambda: not _json(stack, "get", "pods", "-n", NS, "-l", f"{OWNER}={name}")["items"], 180,
+               f"{name} asleep", interval=0.2)
+    _hibernated(stack, name, False)
+    wake = _timed(f"{name} awake", lambda: _ready(stack, name))
     k("delete", "vc", name, "-n", NS, "--wait=true", "--timeout=180s")
-    stack.lab().recycle_volumes(stack.lab().nodes()[0])
+
+    def apply(*components: str, kinds: tuple[str, ...] = ("Deployment", "StatefulSet")) -> None:
+        items = [m for m in manifests if m["kind"] in kinds and (not components or _component(m) in components)]
+        k("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+
     start = time.monotonic()
-    k("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
-    wait_until(lambda: _pods_ready(stack, name, _replicas(manifests)), 300, f"floor pods of {name}", interval=0.2)
+    apply(kinds=("Secret", "Service"))
+    apply("etcd")
+    wait_until(lambda: _pods_ready(stack, name, 1), 300, f"floor etcd of {name}", interval=0.2)
+    apply("apiserver")
     wait_until(_answers(endpoint), 120, f"floor apiserver of {name}", interval=0.2)
+    apply("controller-manager", "scheduler")
     floor = time.monotonic() - start
     for kind in ("deployments", "statefulsets", "services", "secrets", "pvc"):
         k("delete", kind, "-n", NS, "-l", f"{OWNER}={name}", "--wait=true", "--timeout=120s")
-    stack.lab().recycle_volumes(stack.lab().nodes()[0])
-    return ours, floor
+    return ours, wake, floor
 
 
 def promotion_round(stack: Stack, name: str, tenant_kubeconfig: Path) -> tuple[float, float]:
@@ -161,7 +175,7 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"p50": round(statistics.median(values), 2), "max": round(max(values), 2), "rounds": len(values)}
 
 
-def run(workdir: Path, rounds: int = 3, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run(workdir: Path, rounds: int = 5, log: Callable[[str], None] = print) -> dict[str, Any]:
     stack = Stack(workdir, StackPorts.free(), runtime="pods", real_nodes=2,
                   extra_args=["--leader-elect-lease-duration", "5"])
     started = time.monotonic()
@@ -169,12 +183,14 @@ def run(workdir: Path, rounds: int = 3, log: Callable[[str], None] = print) -> d
         stack.up(nodes=2, say=log)
         setup = time.monotonic() - started
         stack.host.kubectl("create", "namespace", NS)
-        ours, floor, promote, release = [], [], [], []
+        ours, wake, floor, promote, release = [], [], [], [], []
         for i in range(rounds):
-            o, f = control_plane_round(stack, f"cp-{i}")
+            o, w, f = control_plane_round(stack, f"cp-{i}")
             ours.append(o)
+            wake.append(w)
             floor.append(f)
-            log(f"realnodes: control plane round {i}: ours {o:.1f} s, floor {f:.1f} s")
+            log(f"realnodes: control plane round {i}: create → Ready ours {o:.1f} s, floor {f:.1f} s; "
+                f"wake → Ready {w:.1f} s")
         for i in range(rounds):
             name = f"promo-{i}"
             stack.host.kubectl("create", "-f", "-", input=json.dumps(_vc(name, [])))
@@ -189,12 +205,12 @@ def run(workdir: Path, rounds: int = 3, log: Callable[[str], None] = print) -> d
             log(f"realnodes: promotion round {i}: promote → tenant pod Running {p:.1f} s, "
                 f"release → host pod Running {r:.1f} s")
             stack.host.kubectl("delete", "vc", name, "-n", NS, "--wait=true", "--timeout=180s")
-            stack.lab().recycle_volumes(stack.lab().nodes()[0])
     finally:
         stack.down()
     return {"lab_setup_seconds": round(setup, 1),
             "control_plane": {"ours": _summary(ours), "floor": _summary(floor),
                               "ratio_p50": round(statistics.median(floor) / statistics.median(ours), 2)},
+            "wake_to_ready": _summary(wake),
             "promote_to_tenant_pod_running": _summary(promote),
             "release_to_host_pod_running": _summary(release)}
 
@@ -210,6 +226,7 @@ def render(result: dict[str, Any]) -> str:
         f"real nodes (lab set-up {result['lab_setup_seconds']} s; seconds, p50 / worst of {cp['ours']['rounds']})",
         f"  create → Ready, pods runtime     ours {cp['ours']['p50']} / {cp['ours']['max']}   "
         f"floor {cp['floor']['p50']} / {cp['floor']['max']}   ratio {cp['ratio_p50']}x",
+        f"  wake → Ready, pods runtime       {result['wake_to_ready']['p50']} / {result['wake_to_ready']['max']}",
         f"  promote → tenant pod Running     {result['promote_to_tenant_pod_running']['p50']} / "
         f"{result['promote_to_tenant_pod_running']['max']}",
         f"  release → host pod Running       {result['release_to_host_pod_running']['p50']} / "

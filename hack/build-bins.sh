@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds etcd, etcdctl and etcdutl (restores tenants from snapshots), kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,
-# and the node binaries kubelet, kube-proxy and CoreDNS (with kube-log-runner, the images' go-runner)
+# and the node binaries kubelet, kube-proxy and CoreDNS (with kube-log-runner, the images' go-runner),
+# and local-path-provisioner (the real-node lab's storage)
 # from the Go module proxy at the versions pinned in reconciler/versions.env.
 # Builds are cached in $VC_CACHE (default ~/.cache/vc-apiserver); .local/bin links to them.
 # A missing binary is built, a present one reused; whatever cannot be built fails the script.
@@ -27,6 +28,7 @@ k8s_dir="$cache/kubernetes-$KUBERNETES_VERSION"
 etcd_dir="$cache/etcd-$ETCD_VERSION"
 kwok_dir="$cache/kwok-$KWOK_VERSION"
 coredns_dir="$cache/coredns-$COREDNS_VERSION"
+lpp_dir="$cache/local-path-provisioner-$LOCAL_PATH_PROVISIONER_VERSION"
 
 link() { ln -sfn "$1" "$links/$(basename "$1")"; }
 
@@ -136,16 +138,28 @@ build_coredns() {
   mv "$coredns_dir/bin/coredns" "$coredns_dir/coredns"
 }
 
+build_local_path_provisioner() {
+  [ -x "$lpp_dir/local-path-provisioner" ] && return 0
+  echo "build-bins: building local-path-provisioner $LOCAL_PATH_PROVISIONER_VERSION"
+  check_proxy github.com/rancher/local-path-provisioner "$LOCAL_PATH_PROVISIONER_VERSION"
+  mkdir -p "$lpp_dir"
+  GOBIN="$lpp_dir" GOFLAGS= go install -trimpath -ldflags="-s -w" \
+    "github.com/rancher/local-path-provisioner@$LOCAL_PATH_PROVISIONER_VERSION" ||
+    die "building local-path-provisioner $LOCAL_PATH_PROVISIONER_VERSION failed"
+}
+
 mkdir -p "$cache"
 build_etcd
 build_kwok
 build_kubernetes
 build_coredns
+build_local_path_provisioner
 
 link "$etcd_dir/etcd"
 link "$etcd_dir/etcdctl"
 link "$etcd_dir/etcdutl"
 link "$kwok_dir/kwok"
 link "$coredns_dir/coredns"
+link "$lpp_dir/local-path-provisioner"
 for b in "${k8s_bins[@]}"; do link "$k8s_dir/$b"; done
 echo "build-bins: ready in $links: $(ls "$links" | tr '\n' ' ')"

@@ -44,6 +44,7 @@ from pathlib import Path
 import yaml
 
 from certs import pki
+from hack import labstorage
 from hack.harness import (
     LAB_GATEWAY,
     REPO,
@@ -72,8 +73,6 @@ PAUSE_IMAGE = f"registry.k8s.io/pause:{versions.PAUSE_VERSION}"
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
 REAL_NODE_LABEL = "lab.kosmos.io/real-node"  # set by the kubelets: where the host's add-ons may run (not kwok)
 STORAGE_CLASS = "local"
-VOLUMES_PER_NODE = 6
-VOLUME_SIZE = "2Gi"
 
 
 def run(*args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -556,52 +555,36 @@ class RealNodeLab:
         # kube-proxy: here, through the control-plane node's (the aggregator dials an in-cluster APIService's
         # Service). The route goes with the bridge.
         run("ip", "route", "replace", SERVICE_CIDR, "via", nodes[0].address)
-        say(f"host add-ons    kube-proxy and CoreDNS on the real nodes, {VOLUMES_PER_NODE} local volumes "
-            f"({STORAGE_CLASS}, {VOLUME_SIZE}) on {nodes[0].name}; Services {SERVICE_CIDR} via {nodes[0].name}")
+        say(f"host add-ons    kube-proxy and CoreDNS on the real nodes, local volumes on demand ({STORAGE_CLASS}, "
+            f"local-path-provisioner); Services {SERVICE_CIDR} via {nodes[0].name}")
         return nodes
 
     def host_services(self, nodes: list[RealNode]) -> None:
         """What a real host has and the playground host lacks: kube-proxy and CoreDNS (the tenants'
-        add-ons, kept off kwok nodes), and storage (a default StorageClass of statically provisioned
-        local volumes on the control-plane node, as kubeadm clusters without a provisioner do)."""
+        add-ons, kept off kwok nodes), and storage provisioned on demand (:mod:`hack.labstorage`). What an
+        older lab left of its storage goes first: a StorageClass of another provisioner, and the statically
+        made volumes no claim holds."""
         affinity = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": REAL_NODE_LABEL, "operator": "In", "values": ["true"]}]}]}}
+        self.remove_stale_storage()
         objs = addons.only_on([*addons.kube_proxy(self.host.url_for_nodes, POD_NETWORK), *addons.coredns(SERVICE_CIDR)], affinity)
-        objs.append({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-                     "metadata": {"name": STORAGE_CLASS,
-                                  "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-                     "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer",
-                     "reclaimPolicy": "Retain"})
+        for node in nodes:
+            (node.root / "volumes").mkdir(parents=True, exist_ok=True)
+        objs += labstorage.objects(STORAGE_CLASS, {n.name: n.root / "volumes" for n in nodes}, affinity)
         self.host.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=realnodes", "-f", "-",
                           input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
-        self.recycle_volumes(nodes[0])
 
-    def recycle_volumes(self, node: RealNode) -> None:
-        """Keep VOLUMES_PER_NODE local volumes on ``node``: a Released one (its claim deleted) is wiped and
-        made again, as a static provisioner would."""
-        listed = json.loads(self.host.kubectl("get", "pv", "-o", "json").stdout)["items"]
-        phases = {pv["metadata"]["name"]: pv.get("status", {}).get("phase") for pv in listed}
-        wanted = []
-        for i in range(VOLUMES_PER_NODE):
-            name = f"{node.name}-vol-{i}"
-            directory = node.root / "volumes" / str(i)
-            if phases.get(name) in ("Released", "Failed"):
-                self.host.kubectl("delete", "pv", name, "--wait=true")
-                shutil.rmtree(directory, ignore_errors=True)
-            elif name in phases:
-                continue
-            directory.mkdir(parents=True, exist_ok=True)
-            wanted.append({"apiVersion": "v1", "kind": "PersistentVolume",
-                           "metadata": {"name": name, "labels": {REAL_NODE_LABEL: "true"}},
-                           "spec": {"capacity": {"storage": VOLUME_SIZE}, "accessModes": ["ReadWriteOnce"],
-                                    "persistentVolumeReclaimPolicy": "Retain", "storageClassName": STORAGE_CLASS,
-                                    "local": {"path": str(directory)},
-                                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                                        {"key": "kubernetes.io/hostname", "operator": "In",
-                                         "values": [node.name]}]}]}}}})
-        if wanted:
-            self.host.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                     "items": wanted}))
+    def remove_stale_storage(self) -> None:
+        found = self.host.kubectl("get", "storageclass", STORAGE_CLASS, "-o", "json", check=False)
+        if found.returncode == 0 and json.loads(found.stdout).get("provisioner") != labstorage.PROVISIONER:
+            self.host.kubectl("delete", "storageclass", STORAGE_CLASS, "--wait=true")
+        for pv in json.loads(self.host.kubectl("get", "pv", "-o", "json").stdout)["items"]:
+            if (pv["metadata"].get("labels") or {}).get(REAL_NODE_LABEL) == "true" and \
+                    pv.get("status", {}).get("phase") in ("Available", "Released", "Failed"):
+                self.host.kubectl("delete", "pv", pv["metadata"]["name"], "--wait=false")
+                path = (pv["spec"].get("local") or {}).get("path")
+                if path and Path(path).is_relative_to(self.root):
+                    shutil.rmtree(path, ignore_errors=True)
 
     def existing(self) -> list[RealNode]:
         """Every node with state under ``root``, whatever ``count`` says now (for teardown)."""

@@ -65,7 +65,6 @@ class Stack:
                 "--node-joiner", "agent", "--node-agent-ca-file", str(agents / "node-agent-ca.crt"),
                 "--node-agent-client-cert-file", str(agents / "node-agent-client.crt"),
                 "--node-agent-client-key-file", str(agents / "node-agent-client.key"),
-                # the lab's local volumes are VOLUME_SIZE each
                 "--snapshot-volume-size", "1Gi", *self.extra_args]
         args = ["--control-plane-runtime", self.runtime, "--runtime-dir", str(self.root / "tenants"),
                 "--runtime-bin-dir", str(BIN), "--encryption-key-file", str(self.root / "encryption.key"),
@@ -146,12 +145,11 @@ class Stack:
 
     def serve_locally(self, say: Callable[[str], None] = lambda _: None) -> list[str]:
         """vc-apiserver as a process on the aggregator's loopback; an in-cluster installation goes first
-        (its namespace with it, its etcd volume given back to the lab)."""
+        (its namespace with it, its etcd volume given back)."""
         kubectl = self._kubectl()
         started = []
         if self.real_nodes and self.installed_in_cluster():
             install.uninstall(kubectl, ("cluster",), 180.0, lambda line: say(f"  apiservice: {line}"))
-            self.lab().recycle_volumes(self.lab().nodes()[0])
         self.host.kubeconfig_for("vc-apiserver")
         restart = not self.api.ready()
         if restart:

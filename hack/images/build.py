@@ -222,6 +222,17 @@ def coredns() -> Recipe:
                    "ExposedPorts": {"53/tcp": {}, "53/udp": {}}})
 
 
+def local_path_provisioner() -> Recipe:
+    def layers(ctx: Context, work: Path) -> Layers:
+        tree = oci.Tree().file("usr/bin/local-path-provisioner", source=binary("local-path-provisioner"), mode=0o755)
+        return [("base files", base_files(oci.Tree())), ("COPY local-path-provisioner /usr/bin/", tree)]
+    # As its Dockerfile: the binary on PATH as the command; the helper pods (busybox) run the scripts.
+    return Recipe("local-path-provisioner",
+                  f"docker.io/rancher/local-path-provisioner:{versions.LOCAL_PATH_PROVISIONER_VERSION}",
+                  static_binary_inputs("local-path-provisioner"), layers,
+                  {"Env": [f"PATH={PATH}"], "Cmd": ["local-path-provisioner"]})
+
+
 def pause() -> Recipe:
     source = HERE / "pause.c"
     cflags = ["-Os", "-static", "-s", f'-DPAUSE_VERSION="{versions.PAUSE_VERSION}"']
@@ -418,7 +429,7 @@ def vc_apiserver() -> Recipe:
 def recipes() -> list[Recipe]:
     return [pause(), busybox(), etcd(), *(kube_image(c) for c in ("kube-apiserver", "kube-controller-manager",
                                                                    "kube-scheduler")),
-            kube_proxy(), coredns(), vc_apiserver()]
+            kube_proxy(), coredns(), local_path_provisioner(), vc_apiserver()]
 
 
 # -- building -----------------------------------------------------------------------------------

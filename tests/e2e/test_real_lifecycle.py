@@ -67,6 +67,11 @@ class Lifecycle:
         selector = f"{OWNER}={name}" + (f",{COMPONENT}={component}" if component else "")
         return self.host.json("get", "pods", "-n", self.namespace, "-l", selector)["items"]
 
+    def restarts(self, name: str) -> dict[str, int]:
+        """Container restarts of each control-plane pod of ``name``: 0 where each started in order."""
+        return {p["metadata"]["name"]: sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or [])
+                for p in self.pods(name) if p["metadata"]["labels"].get(COMPONENT) != "backup"}
+
     def events(self, name: str) -> list[tuple[str, str]]:
         listed = self.host.json("get", "events", "-n", self.namespace, "--field-selector",
                                 f"involvedObject.name={name},involvedObject.kind=VirtualCluster")["items"]
@@ -75,18 +80,16 @@ class Lifecycle:
 
 @pytest.fixture(scope="module")
 def life(real_stack: Stack, real_lab: RealNodeLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
-    real_lab.recycle_volumes(real_lab.nodes()[0])  # the local volumes earlier tests released
     host = Kubectl(real_stack.kubeconfig, host_namespaces=True)
     ns = host.ensure_namespace("real-life")
     yield Lifecycle(host, ns, tmp_path_factory.mktemp("life"))
     host.run("delete", "vc", "--all", "-n", ns, "--timeout=180s", check=False, timeout=200)
     host.run("delete", "namespace", ns, "--timeout=120s", check=False, timeout=150)  # the snapshot claim too
 
-    def released() -> bool:
-        return not [pv for pv in host.json("get", "pv")["items"] if pv["status"].get("phase") == "Bound"
-                    and (pv["spec"].get("claimRef") or {}).get("namespace") == ns]
-    wait_until(released, 60, f"the volumes of {ns} released", interval=1)
-    real_lab.recycle_volumes(real_lab.nodes()[0])  # the local volumes the tests after these need
+    def given_back() -> bool:
+        return not [pv for pv in host.json("get", "pv")["items"]
+                    if (pv["spec"].get("claimRef") or {}).get("namespace") == ns]
+    wait_until(given_back, 60, f"the volumes of {ns} given back", interval=1)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +98,8 @@ def origin(life: Lifecycle) -> str:
     life.host.run("create", "-f", "-", input=json.dumps(vc("origin", life.namespace, {
         "backup": {"schedule": "@every 24h", "keep": 2}})))
     took = life.wait_ready("origin")
-    report.say(f"pods runtime on a real node: create -> Ready {took:.1f}s")
+    assert set(life.restarts("origin").values()) == {0}, life.restarts("origin")
+    report.say(f"pods runtime on a real node: create -> Ready {took:.1f}s, no container restarted")
     t = life.tenant("origin")
     t.run("create", "configmap", "kept", "--from-literal=state=before")
     return "origin"
@@ -152,7 +156,8 @@ def test_a_clone_from_a_snapshot_on_the_claim_has_the_snapshots_objects_and_a_fr
           for name in ("origin", "copy")}
     assert ca["origin"] != ca["copy"], "a fresh PKI"
     assert life.pods("copy", "backup") == [], "the restore pod is removed once it reported"
-    report.say(f"pods runtime on a real node: clone from a snapshot -> Ready {took:.1f}s")
+    assert set(life.restarts("copy").values()) == {0}, life.restarts("copy")
+    report.say(f"pods runtime on a real node: clone from a snapshot -> Ready {took:.1f}s, no container restarted")
     # the control-plane node has two cores: the tenants after this one need the clone's requests back
     life.host.run("delete", "vc", "copy", "-n", life.namespace, "--timeout=120s", timeout=150)
     wait_until(lambda: life.pods("copy") == [], 60, "the clone's pods gone", interval=1)
@@ -203,6 +208,7 @@ def test_a_hibernated_real_tenant_runs_no_pod_and_a_kubeconfig_fetch_wakes_it_wi
     life.host.run("patch", "vc", origin, "-n", life.namespace, "--type", "merge", "-p",
                   json.dumps({"spec": {"hibernation": {"hibernated": False}}}))
     woke = life.wait_ready(origin)
+    assert set(life.restarts(origin).values()) == {0}, life.restarts(origin)
     assert life.tenant(origin).json("get", "configmap", "later")["data"] == {"state": "after"}
     assert woke <= PodsRuntime.WAKE_ESTIMATE * 1.5, f"woke in {woke:.1f}s, the 409 says {PodsRuntime.WAKE_ESTIMATE}s"
     report.say(f"pods runtime on a real node: hibernate -> no pod {asleep:.1f}s; wake -> Ready {woke:.1f}s "

@@ -93,9 +93,10 @@ class PodsRuntime:
     snapshot_storage_class: str | None = None
     tuning: TenantTuning = LEAN
     name: str = "pods"
-    # wake -> Ready measured 43-44 s on the real-node lab (tests/e2e/test_real_lifecycle.py): pods scheduled,
-    # etcd then the apiserver started and ready, images already there
-    WAKE_ESTIMATE: ClassVar[int] = 45
+    # wake -> Ready measured 7 s on the real-node lab (make bench, tests/e2e/test_real_lifecycle.py): pods
+    # scheduled, etcd then the apiserver started in order and ready, images already there; twice that, for a
+    # busier host
+    WAKE_ESTIMATE: ClassVar[int] = 15
     reapply_after: float = REAPPLY_AFTER
     clients: TenantClients = field(default_factory=TenantClients, repr=False)
     scheduling: Scheduling = field(default_factory=Scheduling, repr=False)
