@@ -596,13 +596,17 @@ class RealNodeLab:
         return out
 
     def wait_ready(self, name: str, timeout: float = 120.0) -> None:
+        """Ready, and its not-ready taint lifted by the host's node lifecycle controller (a few seconds
+        later): until then only pods that tolerate it land there."""
         def ready() -> bool:
             out = self.host.kubectl("get", "node", name, "-o", "json", check=False)
             if out.returncode != 0:
                 return False
-            conditions = json.loads(out.stdout)["status"].get("conditions", [])
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-        wait_until(ready, timeout, f"node {name} Ready in the host", interval=0.5)
+            node = json.loads(out.stdout)
+            conditions = node["status"].get("conditions", [])
+            tainted = any(t["key"] == "node.kubernetes.io/not-ready" for t in node["spec"].get("taints") or [])
+            return not tainted and any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        wait_until(ready, timeout, f"node {name} Ready (and untainted) in the host", interval=0.5)
 
     def down(self) -> None:
         if self.host.ready():

@@ -442,3 +442,49 @@ async def test_rejected_spec_is_explained(runtime: PodsRuntime, namespace: str) 
     assert failure.value.reason == "Invalid"
     assert f"applying Service {namespace}/badport-apiserver: the host answered 422" in failure.value.message
     assert "80" in failure.value.message
+
+
+def control_plane_node(host: HostCluster, name: str, ip: str, ready: bool) -> None:
+    """A control-plane Node no kwok keeps: its status is what this writes."""
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"node-role.kubernetes.io/control-plane": ""}},
+            "spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}}
+    host.kubectl("apply", "-f", "-", input=json.dumps(node))
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {"addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+              "conditions": [{"type": "Ready", "status": "True" if ready else "False", "reason": "Lab",
+                              "lastHeartbeatTime": now, "lastTransitionTime": now}]}
+    host.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+
+
+async def test_a_tenant_is_sent_to_a_ready_routable_control_plane_node_and_follows_when_that_node_goes(
+        host: HostCluster, runtime: PodsRuntime, namespace: str, control_plane_ip: str) -> None:
+    """A NotReady node that sorts first is never chosen, a loopback one (kwok's) only when nothing else is;
+    when the chosen node is deleted, the tenant's next passes send it to the next one on their own."""
+    nodes = {"aaa-not-ready": ("192.0.2.30", False), "cp-a": ("192.0.2.31", True), "cp-b": ("192.0.2.32", True)}
+    try:
+        for name, (ip, ready) in nodes.items():
+            control_plane_node(host, name, ip, ready)
+        vc = virtual_cluster(namespace, "mover")
+        await runtime.refresh_nodes()
+        assert runtime.endpoint_host(vc) == "192.0.2.31"
+        pki = await make_pki("192.0.2.31")
+        first = await runtime.ensure(vc, pki)
+        assert first.endpoint == f"https://192.0.2.31:{first.port}"
+
+        host.kubectl("delete", "node", "cp-a")
+        started = asyncio.get_running_loop().time()
+        state = first
+        while state.endpoint == first.endpoint and asyncio.get_running_loop().time() - started < 20:
+            await asyncio.sleep(0.5)
+            state = await runtime.ensure(vc, pki)  # nothing answers on this host: each pass doubts the node
+        assert state.endpoint == f"https://192.0.2.32:{first.port}", state.endpoint
+        assert runtime.endpoint_host(vc) == "192.0.2.32"
+
+        host.kubectl("delete", "node", "cp-b")
+        await runtime.refresh_nodes()
+        assert runtime.endpoint_host(vc) == control_plane_ip, "the loopback node, as the last resort"
+    finally:
+        host.kubectl("delete", "node", *nodes, "--ignore-not-found")
+        await runtime.refresh_nodes()
+        await runtime.teardown(namespace, "mover")

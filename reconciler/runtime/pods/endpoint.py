@@ -34,6 +34,7 @@ __all__ = ["Endpoints"]
 log = logging.getLogger(__name__)
 
 NODE_CACHE_TTL = 60.0  # seconds an endpoint node address is trusted before it is looked up again
+DOUBTED_TTL = 5.0  # the same, once a tenant did not answer at it: its node may be gone
 
 
 def serving_address(node: Obj) -> tuple[str, str] | None:
@@ -112,6 +113,11 @@ class Endpoints:
         failure is the caller's to explain: a lookup in the background only logs it."""
         nodes = await self.host.client.get(paths.path("Node"), labelSelector=CONTROL_PLANE_ROLE)
         self._nodes, self._nodes_at = serving_nodes(nodes.get("items", [])), time.monotonic()
+
+    def doubt(self) -> None:
+        """A tenant did not answer at its endpoint: look the nodes up again within DOUBTED_TTL, so that a
+        tenant whose node went away (or stopped being Ready) follows to the next one."""
+        self._nodes_at = min(self._nodes_at, time.monotonic() - NODE_CACHE_TTL + DOUBTED_TTL)
 
     async def fresh_nodes(self) -> None:
         """The nodes looked up again once NODE_CACHE_TTL has passed; a failure only matters if none is known."""

@@ -155,6 +155,8 @@ class PodsRuntime:
             self._applied.remember(tenant, (plan, pki.digest(), scheduling, stage), started, (endpoint, port))
             applied = endpoint, port
         state = await supervisor.state(self.host, self.clients, plan, pki, *applied)
+        if not state.ready:
+            self.endpoints.doubt()  # its node may be gone: the next passes may send it to another
         if state.ready and stage < Stage.ALL:
             self.start_order.answered(plan)
             return await self.ensure(vc, pki)  # the apiserver answers: a full pass starts the rest
