@@ -215,6 +215,39 @@ def test_a_hibernated_real_tenant_runs_no_pod_and_a_kubeconfig_fetch_wakes_it_wi
                f"(409 estimate {PodsRuntime.WAKE_ESTIMATE}s)")
 
 
+def test_a_wake_in_flight_when_vc_apiserver_dies_finishes_under_the_next_one_with_nothing_restarted(
+        real_stack: Stack, life: Lifecycle, origin: str) -> None:
+    life.host.run("patch", "vc", origin, "-n", life.namespace, "--type", "merge", "-p",
+                  json.dumps({"spec": {"hibernation": {"hibernated": True}}}))
+    wait_phase(life.host, life.namespace, origin, "Hibernated", timeout=180)
+    wait_until(lambda: life.pods(origin) == [], 60, "every pod of the hibernated tenant gone", interval=0.5)
+    life.host.run("patch", "vc", origin, "-n", life.namespace, "--type", "merge", "-p",
+                  json.dumps({"spec": {"hibernation": {"hibernated": False}}}))
+    wait_until(lambda: life.pods(origin, "etcd") != [], 60, "the wake under way", interval=0.1)
+    real_stack.api.proc.kill()  # mid-wake: etcd is starting, the apiserver not yet
+    real_stack.api.start(timeout=60)
+    life.wait_ready(origin)
+    assert set(life.restarts(origin).values()) == {0}, life.restarts(origin)
+    assert life.tenant(origin).json("get", "configmap", "later")["data"] == {"state": "after"}
+
+
+def test_a_tenant_whose_etcd_pod_is_killed_while_it_starts_becomes_ready_with_nothing_left_over(
+        life: Lifecycle) -> None:
+    life.host.run("create", "-f", "-", input=json.dumps(vc("shaky", life.namespace)))
+
+    def etcd_started() -> bool:
+        return any(p["status"].get("phase") == "Running" for p in life.pods("shaky", "etcd"))
+    wait_until(etcd_started, 120, "the etcd pod of shaky running", interval=0.1)
+    [etcd] = life.pods("shaky", "etcd")
+    life.host.run("delete", "pod", etcd["metadata"]["name"], "-n", life.namespace, "--grace-period=0", "--force")
+    life.wait_ready("shaky", timeout=180)
+    assert life.tenant("shaky").run("get", "--raw", "/readyz").stdout == "ok"
+    assert [p["metadata"]["uid"] for p in life.pods("shaky", "etcd")] != [etcd["metadata"]["uid"]]
+    assert len(life.host.json("get", "pvc", "-n", life.namespace, "-l", f"{OWNER}=shaky")["items"]) == 1
+    life.host.run("delete", "vc", "shaky", "-n", life.namespace, "--timeout=120s", timeout=150)
+    wait_until(lambda: life.pods("shaky") == [], 60, "shaky's pods gone", interval=1)
+
+
 IDLE = 30  # seconds of afterInactivity
 
 
