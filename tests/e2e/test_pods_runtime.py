@@ -25,6 +25,7 @@ from certs.tenant import TenantPki
 from hack.harness import HostCluster, create_fake_nodes, free_port, wait_until
 from reconciler.runtime.base import RuntimeFailure
 from reconciler.runtime.pods import OWNED_KINDS, PodsRuntime
+from reconciler.runtime.pods.hostobjects import Plan
 from reconciler.runtime.pods.status import UNSCHEDULABLE_GRACE
 
 pytestmark = pytest.mark.e2e
@@ -88,6 +89,12 @@ async def make_pki(endpoint_host: str) -> TenantPki:
     return await asyncio.to_thread(tenantpki.generate, tenantpki.apiserver_sans(endpoint_host, [], "10.96.0.1"))
 
 
+def started(runtime: PodsRuntime, vc: Obj) -> None:
+    """What the tenant apiserver answering does for the start order (nothing answers on this host):
+    every component may run from the next pass on."""
+    runtime.start_order.answered(Plan.of(vc, runtime.endpoint_host(vc)))
+
+
 def virtual_cluster(namespace: str, name: str, **spec: Any) -> Obj:
     return {"apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
             "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"}, "spec": spec}
@@ -148,7 +155,8 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
     found = await objects(client, namespace, "alpha", APPLIED_KINDS)
     assert sorted(found) == sorted([
         "Secret/alpha-etcd", "Secret/alpha-apiserver", "Secret/alpha-controller-manager", "Secret/alpha-scheduler",
-        "Secret/alpha-admin", "Service/alpha-etcd", "Service/alpha-apiserver", "StatefulSet/alpha-etcd",
+        "Secret/alpha-admin", "Service/alpha-etcd", "Service/alpha-etcd-client", "Service/alpha-apiserver",
+        "StatefulSet/alpha-etcd",
         "Deployment/alpha-apiserver", "Deployment/alpha-controller-manager", "Deployment/alpha-scheduler"])
     for key, obj in found.items():
         labels = obj["metadata"]["labels"]
@@ -187,14 +195,22 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
     etcd_service = found["Service/alpha-etcd"]["spec"]
     assert etcd_service["clusterIP"] == "None" and etcd_service["publishNotReadyAddresses"] is True
 
+    etcd_client = found["Service/alpha-etcd-client"]["spec"]
+    assert etcd_client["type"] == "ClusterIP" and etcd_client["selector"] == found["Service/alpha-etcd"]["spec"]["selector"]
+
+    # a first pass starts etcd alone: the apiserver waits for etcd's pod to be Ready, the others for the
+    # apiserver to answer; no compute asked: nothing to schedule, no scheduler pod in any case
     apiserver = found["Deployment/alpha-apiserver"]
-    assert apiserver["spec"]["replicas"] == 1
-    # no compute asked and no tenant apiserver answering yet: nothing to schedule, no scheduler pod
-    assert found["Deployment/alpha-scheduler"]["spec"]["replicas"] == 0
+    assert {k: v["spec"]["replicas"] for k, v in workloads.items()} == {
+        "StatefulSet/alpha-etcd": 1, "Deployment/alpha-apiserver": 0, "Deployment/alpha-controller-manager": 0,
+        "Deployment/alpha-scheduler": 0}
     assert not pod_spec(apiserver).get("hostNetwork")
     command = pod_spec(apiserver)["containers"][0]["command"]
-    assert f"--etcd-servers=https://alpha-etcd-0.alpha-etcd.{namespace}.svc:2379" in command
+    assert f"--etcd-servers=https://{etcd_client['clusterIP']}:2379" in command, "by IP: no DNS name to cache"
     assert "--client-ca-file=/etc/kubernetes/pki/ca.crt" in command
+    probes = pod_spec(apiserver)["containers"][0]
+    assert (probes["startupProbe"]["periodSeconds"], probes["readinessProbe"]["periodSeconds"]) == (1, 1)
+    assert "initialDelaySeconds" not in probes["livenessProbe"], "the startup probe guards the start"
 
     etcd = found["StatefulSet/alpha-etcd"]["spec"]
     assert etcd["serviceName"] == "alpha-etcd"
@@ -210,7 +226,7 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
     admin = json.loads(files["Secret/alpha-admin"]["kubeconfig"])
     assert admin["clusters"][0]["cluster"]["server"] == f"https://{control_plane_ip}:31443"
     scheduler = json.loads(files["Secret/alpha-scheduler"]["kubeconfig"])["clusters"][0]["cluster"]
-    assert scheduler["server"] == f"https://alpha-apiserver.{namespace}.svc:6443"
+    assert scheduler["server"] == f"https://{service['clusterIP']}:6443"
     assert scheduler["tls-server-name"] in pki.sans()
 
     # honest: nothing answers at the endpoint, and the pods never ran on this scheduler-less host
@@ -218,6 +234,13 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
     assert (state.ready, state.endpoint, state.port) == (False, endpoint, 31443)
     assert f"did not answer at {endpoint}" in state.message
     assert state.reason == "Starting"
+
+    # once the apiserver answered (here, said to have), the rest may start
+    started(runtime, vc)
+    await runtime.ensure(vc, pki)
+    replicas = {k: v["spec"]["replicas"] for k, v in (await objects(client, namespace, "alpha", ("Deployment",))).items()}
+    assert replicas == {"Deployment/alpha-apiserver": 1, "Deployment/alpha-controller-manager": 1,
+                        "Deployment/alpha-scheduler": 0}
 
     # once the host's controllers made the pods and its scheduler placed them, the message says which
     # run (kwok runs them on the simulated control-plane node) and why the rest do not: etcd's claim
@@ -324,6 +347,7 @@ async def test_host_network_and_replicas(runtime: PodsRuntime, client: KubeClien
 
     vc["spec"]["kubeInKubeConfig"] = {"apiServerServiceType": "hostNetwork", "apiServerReplicas": 2,
                                       "externalPort": 40443}
+    started(runtime, vc)
     state = await runtime.ensure(vc, pki)
 
     found = await objects(client, namespace, "hn")
@@ -362,6 +386,7 @@ async def test_teardown_removes_everything(runtime: PodsRuntime, client: KubeCli
     await runtime.refresh_nodes()
     pki = await make_pki(runtime.endpoint_host(gone))
     for vc in (keep, gone):
+        started(runtime, vc)
         await runtime.ensure(vc, pki)
     await wait_for_pods(client, namespace, "gone", 3)  # and their claim: teardown must remove those too
     assert {(namespace, "keep"), (namespace, "gone")} <= set(await runtime.owned())
@@ -370,7 +395,7 @@ async def test_teardown_removes_everything(runtime: PodsRuntime, client: KubeCli
 
     assert await objects(client, namespace, "gone", OWNED_KINDS) == {}
     assert (namespace, "gone") not in await runtime.owned()
-    assert len(await objects(client, namespace, "keep", APPLIED_KINDS)) == 11  # its neighbour is untouched
+    assert len(await objects(client, namespace, "keep", APPLIED_KINDS)) == 12  # its neighbour is untouched
     await runtime.teardown(namespace, "gone")  # idempotent
     await runtime.teardown(namespace, "never-existed")
 
@@ -380,6 +405,7 @@ async def test_hibernate_scales_the_workloads_to_zero_keeping_volumes_secrets_an
     vc = virtual_cluster(namespace, "sleepy", promoteResources={"resources": {"cpu": "1"}})  # compute: a scheduler
     await runtime.refresh_nodes()
     pki = await make_pki(runtime.endpoint_host(vc))
+    started(runtime, vc)
     awake = await runtime.ensure(vc, pki)
     await wait_for_pods(client, namespace, "sleepy", 4)
     before = await objects(client, namespace, "sleepy")
@@ -408,6 +434,12 @@ async def test_hibernate_scales_the_workloads_to_zero_keeping_volumes_secrets_an
 
     woken = await runtime.ensure(vc, pki)  # waking is ensure: the same workloads, scaled back, the same endpoint
     assert woken.endpoint == awake.endpoint
+    again = await objects(client, namespace, "sleepy", ("Deployment", "StatefulSet"))
+    assert {k: v["spec"]["replicas"] for k, v in again.items()} == {
+        "StatefulSet/sleepy-etcd": 1, "Deployment/sleepy-apiserver": 0, "Deployment/sleepy-controller-manager": 0,
+        "Deployment/sleepy-scheduler": 0}, "in order again: etcd first"
+    started(runtime, vc)
+    await runtime.ensure(vc, pki)
     again = await objects(client, namespace, "sleepy", ("Deployment", "StatefulSet"))
     assert all(v["spec"]["replicas"] == 1 for v in again.values())
     await wait_for_pods(client, namespace, "sleepy", 4)

@@ -52,7 +52,7 @@ class StartOrder:
 
     async def stage(self, host: Host, plan: Plan, etcd_members: int) -> Stage:
         """The stage a pass applies: remembered once ALL; otherwise what the host's workloads and etcd's
-        pods say (two reads and a list, only while a control plane starts)."""
+        pods say (three reads and a list, only while a control plane starts)."""
         tenant = (plan.namespace, plan.name)
         if self._reached.get(tenant) == Stage.ALL:
             return Stage.ALL
@@ -73,8 +73,9 @@ class StartOrder:
 
     @staticmethod
     async def _on_host(host: Host, plan: Plan, etcd_members: int) -> Stage:
-        if replicas(await host.get("Deployment", plan.namespace, plan.object_name("controller-manager"))):
-            return Stage.ALL
+        for component in ("controller-manager", "scheduler"):
+            if replicas(await host.get("Deployment", plan.namespace, plan.object_name(component))):
+                return Stage.ALL
         if replicas(await host.get("Deployment", plan.namespace, plan.object_name("apiserver"))):
             return Stage.APISERVER
         etcd = await host.list("Pod", plan.namespace, selector(plan.name, "etcd"))
