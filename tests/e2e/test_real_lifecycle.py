@@ -231,6 +231,17 @@ def test_a_wake_in_flight_when_vc_apiserver_dies_finishes_under_the_next_one_wit
     assert life.tenant(origin).json("get", "configmap", "later")["data"] == {"state": "after"}
 
 
+def test_tenants_keep_serving_through_a_restart_of_the_control_plane_nodes_kubelet(
+        real_lab: RealNodeLab, life: Lifecycle, origin: str) -> None:
+    before = {p["metadata"]["uid"] for p in life.pods(origin)}
+    real_lab.nodes()[0].restart_kubelet()
+    real_lab.wait_ready(real_lab.nodes()[0].name)
+    life.wait_ready(origin)
+    assert life.tenant(origin).json("get", "configmap", "later")["data"] == {"state": "after"}
+    assert {p["metadata"]["uid"] for p in life.pods(origin)} == before, "the same pods"
+    assert set(life.restarts(origin).values()) == {0}, "containers outlive their kubelet's restart"
+
+
 def test_a_tenant_whose_etcd_pod_is_killed_while_it_starts_becomes_ready_with_nothing_left_over(
         life: Lifecycle) -> None:
     life.host.run("create", "-f", "-", input=json.dumps(vc("shaky", life.namespace)))
