@@ -473,8 +473,23 @@ class HostCluster:
             return False
 
     def healthy(self) -> bool:
-        return self.ready() and all(
+        """Every component running, the apiserver ready and listening where this host's mode needs it."""
+        return self.ready() and self.listening_as_wanted() and all(
             Proc(name, [], Path("/dev/null"), self._pidfile(name)).alive() for name in self.components())
+
+    def listening_as_wanted(self) -> bool:
+        """The running kube-apiserver was started with this mode's addresses (the lab bridge with real nodes,
+        loopback without): a host the playground started in its other mode is restarted, not reused. A host
+        without pid files (a test's) is taken as it is."""
+        pid = Proc("kube-apiserver", [], Path("/dev/null"), self._pidfile("kube-apiserver")).pid
+        if pid is None:
+            return True
+        try:
+            running = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        wanted = [str(a).encode() for a in self.apiserver_args() if str(a).startswith(("--bind-address=", "--advertise-address="))]
+        return all(arg in running for arg in wanted)
 
     def components(self) -> tuple[str, ...]:
         """What runs besides etcd and kube-apiserver."""

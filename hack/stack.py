@@ -93,11 +93,14 @@ class Stack:
         from apiservice import tls
 
         started = []
+        if not self.real_nodes and self.lab().existing():
+            # before the host restarts in its other mode: until then the real nodes still reach it
+            self.remove_real_nodes(say)
         if not self.host.healthy():
             self.host.stop()
             self.host.start()
             started.append("host")
-            say(f"host cluster    started at {self.host.url}")
+            say(f"host cluster    started at {self.host.url}" + (" (listening on the lab bridge too)" if self.real_nodes else ""))
         else:
             say(f"host cluster    already healthy at {self.host.url}")
         existing = {n for n in self.host.kubectl("get", "nodes", "-o", "name").stdout.split()}
@@ -106,7 +109,8 @@ class Stack:
             self.host.kubectl("delete", "node", "node-control-plane", "--wait=false", check=False)
             existing.discard("node/node-control-plane")
             say("host nodes      removed the kwok control-plane node of the playground without real nodes")
-        if len([n for n in existing if n != "node/node-control-plane"]) < nodes:
+        if len([n for n in existing if n != "node/node-control-plane"]) < nodes or (
+                not self.real_nodes and "node/node-control-plane" not in existing):
             # With real nodes, the control-plane node is a real one (tenant control planes run there).
             create_fake_nodes(self.host, nodes, control_plane=not self.real_nodes)
             say(f"host nodes      {nodes} kwok nodes" + ("" if self.real_nodes else " + 1 control-plane node"))
@@ -137,7 +141,10 @@ class Stack:
         local server stops first (one reconciler acts on the host at a time). Needs real nodes."""
         assert self.real_nodes, "in-cluster vc-apiserver needs real nodes"
         kubectl = self._kubectl()
+        if self.api.ready():
+            say("vc-apiserver    the local one stopped, with its process-runtime tenants (they live in its etcd)")
         self.api.stop()
+        self._stop_local_tenants()
         install.install(kubectl, "cluster", self.agent_certs, None, IMAGE, timeout,
                         lambda line: say(f"  apiservice: {line}"), joiner="agent", overlay=IN_CLUSTER_OVERLAY)
         say(f"vc-apiserver    installed in the host from {IMAGE} (kosmos-system, pods runtime, node agents), "
@@ -167,18 +174,36 @@ class Stack:
     def installed_in_cluster(self) -> bool:
         return self.host.kubectl("get", "deployment", DEPLOYMENT, "-n", NAMESPACE, check=False).returncode == 0
 
-    def down(self) -> None:
-        if (self.root / "nodes").exists() and self.host.healthy() and self.installed_in_cluster():
+    def remove_real_nodes(self, say: Callable[[str], None] = lambda _: None) -> None:
+        """What a playground with real nodes left, for one without: the in-cluster vc-apiserver (its
+        VirtualClusters first) and the real nodes, their state and their Node objects."""
+        self._uninstall_in_cluster()
+        self.lab().down()
+        say("real nodes      removed, with vc-apiserver's installation in the host (this playground has none)")
+
+    def _uninstall_in_cluster(self) -> None:
+        if (self.root / "nodes").exists() and self.host.ready() and self.installed_in_cluster():
             # Its etcd's volume goes with the real nodes' state: its VirtualClusters go first, so their
             # control planes and nodes are released, then the installation, so nothing of it comes back
-            # broken with the next `make up`.
-            self.host.kubectl("delete", "vc", "--all", "-A", "--wait", "--timeout=180s", check=False)
-            install.uninstall(self._kubectl(), ("cluster",), 180.0, lambda _: None)
-        if self.real_nodes or (self.root / "nodes").exists():
-            self.lab().down()
-        self.api.stop()
+            # broken with the next `make up`. Nodes that no longer reach the host (an interrupted run) keep
+            # its pods terminating: the teardown goes on, and removing the nodes lets the host finish.
+            self.host.kubectl("delete", "vc", "--all", "-A", "--wait", "--timeout=100s", check=False)
+            try:
+                install.uninstall(self._kubectl(), ("cluster",), 120.0, lambda _: None)
+            except install.InstallError as e:
+                print(f"playground: vc-apiserver's installation not fully removed yet ({e}); going on")
+
+    def _stop_local_tenants(self) -> None:
+        """The process runtime's tenant control planes, whose vc-apiserver is stopping for good."""
         for pidfile in (self.root / "tenants").glob("*/*/*.pid"):
             with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
                 os.killpg(int(pidfile.read_text().strip()), signal.SIGKILL)
+
+    def down(self) -> None:
+        self._uninstall_in_cluster()
+        if self.real_nodes or (self.root / "nodes").exists():
+            self.lab().down()
+        self.api.stop()
+        self._stop_local_tenants()
         self.etcd.stop()
         self.host.stop()
