@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hack import labstorage
 from hack.images import build, debian, oci
 from reconciler import versions
 from reconciler.runtime import pods
@@ -225,8 +226,9 @@ def test_the_images_carry_the_names_the_manifests_use() -> None:
     assert runtime.backup_image == oci.docker_tag(refs["vc-apiserver"])
     for component in ("apiserver", "controller-manager", "scheduler"):
         assert runtime.objects.image(component) == refs[f"kube-{component}"]
+    assert refs["local-path-provisioner"] == labstorage.IMAGE and refs["busybox"] == labstorage.HELPER_IMAGE
     assert set(refs) == {"pause", "busybox", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                         "kube-proxy", "coredns", "vc-apiserver"}
+                         "kube-proxy", "coredns", "local-path-provisioner", "vc-apiserver"}
 
 
 def test_the_vc_apiserver_image_gets_what_pip_install_would_install() -> None:
