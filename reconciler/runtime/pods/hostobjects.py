@@ -277,7 +277,7 @@ class HostObjects:
                          "volumeClaimTemplates": claims}}
 
     def apiserver(self, plan: Plan, host_port: int, pki_hash: str, node: str | None, etcd_ip: str,
-                  running: bool = True) -> Obj:
+                  running: bool) -> Obj:
         """kube-apiserver's Deployment, dialling etcd at its client Service's IP, scaled to zero until
         ``running`` (:mod:`.startorder`); with hostNetwork it prefers ``node``, the one users are sent to."""
         port = host_port if plan.host_network else APISERVER_PORT
@@ -320,7 +320,7 @@ class HostObjects:
         spec = self.pod_spec(plan, component, container, [self._secret_volume(plan, component, "config")])
         return self._deployment(plan, component, replicas, self._template(plan, component, pki_hash, spec))
 
-    def controller_manager(self, plan: Plan, pki_hash: str, running: bool = True) -> Obj:
+    def controller_manager(self, plan: Plan, pki_hash: str, running: bool) -> Obj:
         """Scaled to zero until its apiserver answers (:mod:`.startorder`)."""
         port = 10257
         return self._kube_component(plan, "controller-manager", pki_hash, controller_manager_flags(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from apiserver.apis.conditions import find_condition
+from apiserver.apis.conditions import is_true
 from reconciler.runtime.base import Obj
 from reconciler.runtime.pods.host import Host
 from reconciler.runtime.pods.hostobjects import Plan, selector
@@ -36,12 +36,12 @@ class Stage(enum.IntEnum):
 
 
 def replicas(workload: Obj | None) -> int:
+    """The replicas a Deployment or StatefulSet asks for (0 when there is none)."""
     return int(((workload or {}).get("spec") or {}).get("replicas") or 0)
 
 
 def ready(pod: Obj) -> bool:
-    condition = find_condition((pod.get("status") or {}).get("conditions"), "Ready")
-    return bool(condition) and condition.get("status") == "True" and not pod["metadata"].get("deletionTimestamp")
+    return is_true((pod.get("status") or {}).get("conditions"), "Ready") and not pod["metadata"].get("deletionTimestamp")
 
 
 @dataclass

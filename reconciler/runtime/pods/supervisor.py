@@ -18,6 +18,7 @@ from certs.tenant import TenantPki
 from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure
 from reconciler.runtime.pods.host import Host
 from reconciler.runtime.pods.hostobjects import Plan, selector
+from reconciler.runtime.pods.startorder import replicas
 from reconciler.runtime.pods.status import all_running, pod_problem, pods_summary
 from reconciler.tenantapi import TenantClients
 
@@ -49,8 +50,7 @@ async def state(host: Host, clients: TenantClients, plan: Plan, pki: TenantPki, 
 
 async def scheduler_scaled_up(host: Host, plan: Plan) -> bool:
     """Whether the tenant's scheduler runs: the pods runtime's pid file (hibernation scales it to zero)."""
-    found = await host.get("Deployment", plan.namespace, plan.object_name("scheduler"))
-    return bool(found) and ((found.get("spec") or {}).get("replicas") or 0) > 0
+    return replicas(await host.get("Deployment", plan.namespace, plan.object_name("scheduler"))) > 0
 
 
 async def scale_to_zero(host: Host, namespace: str, name: str) -> bool:
