@@ -72,7 +72,9 @@ def wire_reconciler(server: Server, config: ReconcilerConfig) -> None:
     """The embedded loop, started and stopped with the server's app, given what it works with."""
     from reconciler.manager import attach  # the embedded loop is optional; import it only when used
 
-    runtime = config.new_runtime(server.host)
+    serving = server.config.serving
+    runtime = config.new_runtime(server.host, config.tenant_webhook(serving.bind_address, serving.secure_port,
+                                                                    serving.cert_file))
     if runtime is not None:
         server.tenant_metrics.usage = runtime.usage
     attach(server.app, registry=server.registry, cache=server.cache, etcd=server.etcd, host=server.host,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -17,6 +18,9 @@ from cryptography import x509
 from . import pki
 
 TENANT_ADMINS = "kosmos:tenant-admins"
+# The group that names the issued credential a client certificate is (``kosmos:credential:<name>``): the
+# tenant apiserver asks vc-apiserver about requests made with one (revocation), and about no other.
+CREDENTIAL_GROUP_PREFIX = "kosmos:credential:"
 ADMIN_USER = "kubernetes-admin"  # the server's own credential for the tenant (system:masters)
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 SCHEDULER_USER = "system:kube-scheduler"
@@ -33,6 +37,16 @@ _LEAVES: dict[str, tuple[str, str, tuple[str, ...], tuple[x509.ObjectIdentifier,
     # the apiserver's identity to kubelets (logs, exec, port-forward), as kubeadm's apiserver-kubelet-client
     "apiserver-kubelet-client": ("ca", "kube-apiserver-kubelet-client", ("system:masters",), (pki.CLIENT_AUTH,)),
 }
+
+
+def credential_group(name: str) -> str:
+    """The group of the credential ``name`` (a VirtualClusterCredential's name)."""
+    return CREDENTIAL_GROUP_PREFIX + name
+
+
+def credential_of(groups: Iterable[str]) -> str | None:
+    """The name of the issued credential among a user's groups, or None for any other user."""
+    return next((g[len(CREDENTIAL_GROUP_PREFIX):] for g in groups if g.startswith(CREDENTIAL_GROUP_PREFIX)), None)
 
 
 def apiserver_sans(endpoint_host: str, extra: Iterable[str], service_ip: str) -> list[str]:
@@ -70,6 +84,12 @@ class TenantPki:
             return True
         return any(pki.load_cert(pem).not_valid_after_utc - now < RENEW_BEFORE
                    for name, pem in self.files.items() if name.endswith(".crt"))
+
+    def webhook_token(self) -> str:
+        """The bearer token the tenant apiserver presents to vc-apiserver's authorization webhook: derived
+        from the tenant CA's key, so only the server (which keeps that key) and the tenant (which is given
+        the token) know it, and nothing new has to be stored."""
+        return hmac.new(self.files["ca.key"], b"kosmos.io/tenant-authorization", hashlib.sha256).hexdigest()
 
     def mint_client(self, user: str, groups: Iterable[str], not_after: dt.datetime) -> pki.KeyPair:
         """A client certificate signed by the cluster CA (for kubeconfigs handed to users)."""

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from apiserver.kubeclient.client import KubeClient
     from apiserver.storage.secrets import SecretStore
     from reconciler.nodes.promoter import NodeJoiner
+    from reconciler.runtime.authz import TenantAuthorizationWebhook
     from reconciler.runtime.base import ControlPlaneRuntime
 
 __all__ = ["JoinerConfig", "LoopOptions", "NodeJoinerOptions", "ReconcilerConfig", "ReconcilerOptions",
@@ -70,6 +71,8 @@ class RuntimeConfig:
     port_range: str  # read when the process runtime is made, as its flag says: "low-high"
     tuning: str
     gogc: int | None
+    authorization_url: str = ""  # where tenant apiservers reach this server; "": its loopback (process runtime)
+    authorization_ca_file: str = ""  # what verifies it there; "": the serving certificate
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class RuntimeOptions:
     tenant_gogc: int | None
     runtime_bin_dir: str
     tenant_port_range: str
+    tenant_authorization_url: str
+    tenant_authorization_ca_file: str
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
@@ -108,6 +113,14 @@ class RuntimeOptions:
                        help="process runtime: ports for tenant components; keep it outside the kernel's ephemeral "
                             "range (net.ipv4.ip_local_port_range), where any outgoing connection may take a port "
                             "between its allocation and its component's start")
+        p.add_argument("--tenant-authorization-url", default="",
+                       help="https://host:port at which tenant apiservers reach this server's credential webhook "
+                            "(revocation of issued credentials); default: this server's loopback address, which "
+                            "serves the process runtime; the pods runtime needs the address of this server's "
+                            "Service (without one, issued credentials cannot be revoked)")
+        p.add_argument("--tenant-authorization-ca-file", default="",
+                       help="PEM that verifies this server's certificate at --tenant-authorization-url (default: "
+                            "--tls-cert-file itself)")
 
     def validate(self) -> list[str]:
         return []
@@ -115,7 +128,9 @@ class RuntimeOptions:
     def to_config(self) -> RuntimeConfig:
         return RuntimeConfig(kind=self.control_plane_runtime, runtime_dir=self.runtime_dir,
                              bin_dir=self.runtime_bin_dir, port_range=self.tenant_port_range,
-                             tuning=self.tenant_tuning, gogc=self.tenant_gogc)
+                             tuning=self.tenant_tuning, gogc=self.tenant_gogc,
+                             authorization_url=self.tenant_authorization_url,
+                             authorization_ca_file=self.tenant_authorization_ca_file)
 
     def wake_estimate(self) -> int:
         """Seconds a hibernated control plane of this runtime usually takes to be ready again (what the
@@ -282,7 +297,24 @@ class ReconcilerConfig:
     joiner: JoinerConfig
     slices: SliceConfig = field(default_factory=SliceConfig)
 
-    def new_runtime(self, host: KubeClient | None = None) -> ControlPlaneRuntime | None:
+    def tenant_webhook(self, bind_address: str, secure_port: int, cert_file: str) -> TenantAuthorizationWebhook | None:
+        """Where tenant apiservers reach this server's credential webhook (this server serving HTTPS at
+        ``bind_address:secure_port`` with ``cert_file``); None when they cannot (pods runtime, no URL given)."""
+        from reconciler.runtime.authz import TenantAuthorizationWebhook
+
+        runtime = self.runtime
+        ca = Path(runtime.authorization_ca_file or cert_file).read_bytes()
+        if runtime.authorization_url:
+            return TenantAuthorizationWebhook(runtime.authorization_url, ca)
+        if runtime.kind != "process":
+            log.warning("--tenant-authorization-url is not set: tenant pods cannot reach this server's credential "
+                        "webhook, and credentials issued for their clusters cannot be revoked")
+            return None
+        host = bind_address if bind_address not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return TenantAuthorizationWebhook(f"https://{host}:{secure_port}", ca)
+
+    def new_runtime(self, host: KubeClient | None = None,
+                    webhook: TenantAuthorizationWebhook | None = None) -> ControlPlaneRuntime | None:
         """The control-plane runtime the flags ask for; None for ``--control-plane-runtime=none``."""
         from reconciler.runtime.process import ProcessRuntime
         from reconciler.runtime.tuning import PROFILES
@@ -298,7 +330,7 @@ class ReconcilerConfig:
                 raise SystemExit("--control-plane-runtime=pods needs a host cluster: --host-kubeconfig, "
                                  "--authentication-kubeconfig or in-cluster config")
             return PodsRuntime(host, backup_image=snapshots.backup_image, snapshot_volume_size=snapshots.volume_size,
-                               snapshot_storage_class=snapshots.storage_class, tuning=tuning)
+                               snapshot_storage_class=snapshots.storage_class, tuning=tuning, webhook=webhook)
         low, _, high = runtime.port_range.partition("-")
         ports = (int(low), int(high))
         ephemeral = ephemeral_port_range()
@@ -307,7 +339,7 @@ class ReconcilerConfig:
                         "can take a tenant component's port before it starts", runtime.port_range, *ephemeral)
         directory = Path(snapshots.directory).resolve() if snapshots.directory else None
         return ProcessRuntime(Path(runtime.runtime_dir).resolve(), Path(runtime.bin_dir).resolve(), ports, directory,
-                              tuning=tuning)
+                              tuning=tuning, webhook=webhook)
 
     def new_joiner(self, host: KubeClient | None, secrets: SecretStore | None) -> NodeJoiner | None:
         """The agent joiner when asked for; None leaves the default (kwok beside the process runtime)."""

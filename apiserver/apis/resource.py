@@ -38,8 +38,26 @@ VIRTUALCLUSTERS = ResourceInfo(
     short_names=("vc",),
     categories=("kosmos",),
     verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"),
-    subresources={"status": ("get", "patch", "update"), "kubeconfig": ("get",)},
+    subresources={"status": ("get", "patch", "update"), "kubeconfig": ("get",), "credentials": ("get",)},
 )
+
+# The credentials the ``kubeconfig`` subresource issues, one object each: listed, and revoked by deleting it.
+# They are never written by clients (the subresource creates them; expiry and deletion remove them).
+VIRTUALCLUSTERCREDENTIALS = ResourceInfo(
+    group="kosmos.io",
+    version="v1alpha1",
+    resource="virtualclustercredentials",
+    kind="VirtualClusterCredential",
+    list_kind="VirtualClusterCredentialList",
+    singular="virtualclustercredential",
+    short_names=("vccred",),
+    categories=("kosmos",),
+    verbs=("delete", "deletecollection", "get", "list", "watch"),
+    subresources={},
+)
+
+# Every resource served, by its plural name (how a route names the resource it serves).
+RESOURCES = {r.resource: r for r in (VIRTUALCLUSTERS, VIRTUALCLUSTERCREDENTIALS)}
 
 FINALIZER = "kosmos.io/virtualcluster"
 

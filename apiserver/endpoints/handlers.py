@@ -8,7 +8,7 @@ by :mod:`apiserver.endpoints.watch`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -38,8 +38,10 @@ __all__ = ["ResourceHandlers"]
 class ResourceHandlers:
     """Handlers for one resource served by one :class:`Registry`."""
 
-    def __init__(self, registry: Registry, on_watch_change: Callable[[int], Any] | None = None) -> None:
+    def __init__(self, registry: Registry, on_watch_change: Callable[[int], Any] | None = None,
+                 on_deleted: Callable[[web.Request, list[Obj]], Awaitable[None]] | None = None) -> None:
         self.registry = registry
+        self.on_deleted = on_deleted  # told of what a client's delete removed or marked (not of a dry run)
         self.strategy = registry.strategy
         self.info = registry.info
         self.decoder = Decoder(self.info, self.strategy)
@@ -121,6 +123,8 @@ class ResourceHandlers:
         options = await self._delete_options(request)
         opts = WriteOptions(dry_run=options.dry_run)
         items, rv = await self.registry.delete_collection(namespace, selection, options, opts)
+        if self.on_deleted is not None and items and not options.dry_run:
+            await self.on_deleted(request, items)
         body = {"kind": self.info.list_kind, "apiVersion": self.info.group_version,
                 "metadata": {"resourceVersion": str(rv)}, "items": items}
         return negotiation.render(body, target)
@@ -181,6 +185,8 @@ class ResourceHandlers:
         options = await self._delete_options(request)
         obj, removed = await self.registry.delete(request.match_info["namespace"], request.match_info["name"],
                                                   options, WriteOptions(dry_run=options.dry_run))
+        if self.on_deleted is not None and not options.dry_run:
+            await self.on_deleted(request, [obj])
         if removed:
             meta = obj["metadata"]
             body = negotiation.success_status({"name": meta["name"], "group": self.info.group,

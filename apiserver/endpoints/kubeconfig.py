@@ -1,9 +1,11 @@
 """The ``kubeconfig`` subresource: a credential for the tenant cluster, minted for the caller.
 
 The client certificate's CN is the requesting user and its O is
-``kosmos:tenant-admins`` (cluster-admin inside the tenant). It expires after
-``expirationSeconds`` (default one day, at least 10 minutes, at most the server's
-limit). Each issuance is an Event on the VirtualCluster; the key is never logged.
+``kosmos:tenant-admins`` (cluster-admin inside the tenant) and ``kosmos:credential:<id>``. It
+expires after ``expirationSeconds`` (default one hour, at least 10 minutes, at most the server's
+limit). Each issuance is a VirtualClusterCredential named ``<id>`` (created before the certificate
+is minted, so every certificate handed out can be listed and revoked) and an Event on the
+VirtualCluster; the key is never logged.
 
 A cluster that is not ready answers 409 Conflict saying why. One hibernated for inactivity with
 ``spec.hibernation.wakeOnAccess`` (the default) is woken by the fetch: the server records the wake
@@ -21,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from apiserver.apis import hibernation
+from apiserver.apis.credential import new_credential
 from apiserver.apis.resource import CONTROL_PLANE_READY
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.auth.authn import UserInfo
@@ -29,11 +32,12 @@ from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery import errors
 from apiserver.machinery.timefmt import now_rfc3339, rfc3339
 from apiserver.registry.rest import WriteOptions
+from apiserver.registry.store import Registry
 from apiserver.registry.virtualcluster.kubeconfig import KubeconfigREST
 from certs import pki
-from certs.tenant import TENANT_ADMINS
+from certs.tenant import TENANT_ADMINS, credential_group
 
-DEFAULT_EXPIRATION = 86400
+DEFAULT_EXPIRATION = 3600
 MIN_EXPIRATION = 600
 FIELD_MANAGER = "vc-apiserver"  # the manager of the wake request it writes (the server's own name)
 
@@ -54,9 +58,10 @@ def expiration(query: Any, maximum: int) -> int:
 
 
 class KubeconfigIssuer:
-    def __init__(self, rest: KubeconfigREST, events: EventRecorder, max_expiration: int,
+    def __init__(self, rest: KubeconfigREST, credentials: Registry, events: EventRecorder, max_expiration: int,
                  wake_estimate: int = 30, issued: Callable[[str, str], None] = lambda _ns, _name: None) -> None:
         self.rest = rest
+        self.credentials = credentials
         self.issued = issued  # told of each credential issued (namespace, name): metering
         self.events = events
         self.max_expiration = max_expiration
@@ -129,13 +134,18 @@ class KubeconfigIssuer:
             raise self._not_ready(name, phase, "its credentials are being prepared")
         user: UserInfo = request["user"]
         not_after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
-        credential = await asyncio.to_thread(tenant.mint_client, user.name, (TENANT_ADMINS,), not_after)
+        record = new_credential(namespace, name, user.name, user.uid, list(user.groups),
+                                {k: list(v) for k, v in user.extra.items()}, rfc3339(not_after))
+        created = await self.credentials.create(namespace, record, WriteOptions(field_manager=FIELD_MANAGER))
+        credential_id = created.obj["metadata"]["name"]
+        credential = await asyncio.to_thread(tenant.mint_client, user.name,
+                                             (TENANT_ADMINS, credential_group(credential_id)), not_after)
         cluster = f"{namespace}-{name}"
         config = pki.kubeconfig(vc.status.endpoint, tenant.files["ca.crt"], user.name,
                                 credential.cert_pem, credential.key_pem, cluster=cluster,
                                 context=f"{cluster}")
         self.issued(namespace, name)
         await self.events.record(obj, "Normal", "KubeconfigIssued",
-                                 f"kubeconfig issued to {user.name}, valid until "
-                                 f"{rfc3339(not_after)}")
+                                 f"kubeconfig issued to {user.name}, valid until {rfc3339(not_after)}: "
+                                 f"credential {credential_id}")
         return wire.render(config, target)

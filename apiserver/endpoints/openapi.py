@@ -330,7 +330,7 @@ DELETE_PARAMS = (
           "Background or Foreground."),
 )
 EXPIRATION_SECONDS = Param("expirationSeconds", "integer", "Lifetime of the issued client certificate in seconds "
-                           "(default 86400, minimum 600, capped by the server).")
+                           "(default 3600, minimum 600, capped by the server).")
 WRITE_PARAMS = (DRY_RUN, FIELD_MANAGER, FIELD_VALIDATION)
 DELETECOLLECTION_PARAMS = tuple(sorted((*LIST_PARAMS, DRY_RUN, *DELETE_PARAMS), key=lambda p: p.name))
 KUBECONFIG_SCHEMA = {

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from apiserver.apis.resource import VIRTUALCLUSTERS
+from apiserver.apis.resource import RESOURCES
 from apiserver.auth.authn import Attributes
 from apiserver.machinery import errors, gojson
 from apiserver.machinery.golang import go_bad_value, go_quote, parse_int64, parse_int_error
@@ -33,7 +33,7 @@ __all__ = ["RequestInfo", "delete_options_from_body", "delete_options_from_query
 
 MUTATING_METHODS = frozenset(("POST", "PUT", "PATCH", "DELETE"))
 DRY_RUN_ALL = "All"
-RESOURCE_ROUTE_PREFIX = "vc."  # the names the server gives the routes of the resource and its subresources
+RESOURCE_ROUTE_PREFIX = "resource:"  # route names of a resource and its subresources: resource:<plural>.<part>
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def _info(request: web.Request) -> RequestInfo:
         verb = {"GET": "get", "HEAD": "get", "POST": "post", "PUT": "put", "PATCH": "patch",
                 "DELETE": "delete"}.get(method, method.lower())
         return RequestInfo(Attributes(verb=verb, path=path), watch=False, mutating=mutating)
-    info = VIRTUALCLUSTERS
+    info = RESOURCES[route_name[len(RESOURCE_ROUTE_PREFIX):].partition(".")[0]]
     match = request.match_info
     query = request.rel_url.query
     item = "name" in match

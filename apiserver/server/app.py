@@ -16,20 +16,24 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from apiserver import __version__
-from apiserver.apis.resource import VIRTUALCLUSTERS
+from apiserver.apis.resource import VIRTUALCLUSTERCREDENTIALS, VIRTUALCLUSTERS
 from apiserver.auth.authn import Authenticator, Authorizer
 from apiserver.auth.delegated import AuthenticationSource
 from apiserver.endpoints import discovery, openapi
 from apiserver.endpoints import negotiation as wire
+from apiserver.endpoints.credentials import OwnCredentials, revocation_events
 from apiserver.endpoints.handlers import ResourceHandlers
 from apiserver.endpoints.kubeconfig import KubeconfigIssuer
+from apiserver.endpoints.tenantauthz import TenantAuthorization
 from apiserver.etcd.client import EtcdClient, EtcdError
 from apiserver.kubeclient.client import KubeClient
 from apiserver.kubeclient.events import EventRecorder
+from apiserver.registry.credential import CredentialSweeper
 from apiserver.registry.store import Registry
 from apiserver.registry.virtualcluster import VirtualClusterStorage
 from apiserver.server.filters import (
     MAX_BODY,
+    Handler,
     auth_middleware,
     error_middleware,
     inflight_middleware,
@@ -120,7 +124,8 @@ class Server:
 
 # -- the application -------------------------------------------------------------------
 
-def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualClusterStorage, events: EventRecorder,
+def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualClusterStorage, credentials: Registry,
+              credentials_cache: WatchCache, events: EventRecorder,
               metrics: Metrics, authenticator: Authenticator, authorizer: Authorizer, limits: LimitsConfig,
               kubeconfig: KubeconfigConfig, version: dict[str, str], lifecycle: Lifecycle,
               tenant_metrics: TenantMetrics) -> web.Application:
@@ -146,8 +151,11 @@ def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualCl
             raise RuntimeError("watch cache not initialized")
 
     readiness_checks: dict[str, Check] = {"etcd": etcd_check, "watch-cache": cache_check}
-    issuer = KubeconfigIssuer(virtualclusters.kubeconfig, events, kubeconfig.max_expiration, kubeconfig.wake_estimate,
-                              issued=tenant_metrics.issued)
+    issuer = KubeconfigIssuer(virtualclusters.kubeconfig, credentials, events, kubeconfig.max_expiration,
+                              kubeconfig.wake_estimate, issued=tenant_metrics.issued)
+    own_credentials = OwnCredentials(credentials, virtualclusters.registry)
+    webhook = TenantAuthorization(virtualclusters.kubeconfig, credentials, authorizer)
+    sweeper = CredentialSweeper(credentials, virtualclusters.registry)
 
     async def version_handler(request: web.Request) -> web.Response:
         return wire.render(version)
@@ -161,28 +169,49 @@ def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualCl
 
     ns_collection = GV_PATH + "/namespaces/{namespace}/virtualclusters"
     item = ns_collection + "/{name}"
+    vc = "resource:virtualclusters"
     # One resource per path, the object itself first: aiohttp tries the resources under a common
     # prefix in registration order, one regular expression each, and a get by name is most requests.
     # The verbs are kube-apiserver's for a CRD: a POST to an object's path creates from the body, PUT
     # and PATCH of the collection lack a name, the status subresource refuses create and delete, an
     # unknown subresource is the object not found, and the cluster-wide path serves list and watch only.
-    for path, name, methods in (
-        (item, "vc.item", {"GET": handlers.get, "PUT": handlers.update, "PATCH": handlers.patch,
-                           "DELETE": handlers.delete, "POST": handlers.create}),
-        (ns_collection, "vc.collection", {"GET": handlers.list_or_watch, "POST": handlers.create,
-                                          "DELETE": handlers.delete_collection, "PUT": handlers.nameless,
-                                          "PATCH": handlers.nameless}),
-        (item + "/{subresource:status}", "vc.subresource", {"GET": handlers.get, "PUT": handlers.update,
-                                                            "PATCH": handlers.patch,
-                                                            "POST": handlers.not_supported,
-                                                            "DELETE": handlers.not_supported}),
-        (item + "/{subresource:kubeconfig}", "vc.subresource.kubeconfig", {"GET": issuer.handle}),
-        (item + "/{subresource}", "vc.subresource.unknown", {method: handlers.unknown_subresource for method in
-                                                            ("GET", "PUT", "PATCH", "POST", "DELETE")}),
-        (GV_PATH + "/virtualclusters", "vc.all", {"GET": handlers.list_or_watch, "POST": handlers.not_served,
-                                                  "PUT": handlers.not_served, "PATCH": handlers.not_served,
-                                                  "DELETE": handlers.not_served}),
-    ):
+    routes: list[tuple[str, str, dict[str, Handler]]] = [
+        (item, f"{vc}.item", {"GET": handlers.get, "PUT": handlers.update, "PATCH": handlers.patch,
+                              "DELETE": handlers.delete, "POST": handlers.create}),
+        (ns_collection, f"{vc}.collection", {"GET": handlers.list_or_watch, "POST": handlers.create,
+                                             "DELETE": handlers.delete_collection, "PUT": handlers.nameless,
+                                             "PATCH": handlers.nameless}),
+        (item + "/{subresource:status}", f"{vc}.subresource", {"GET": handlers.get, "PUT": handlers.update,
+                                                               "PATCH": handlers.patch,
+                                                               "POST": handlers.not_supported,
+                                                               "DELETE": handlers.not_supported}),
+        (item + "/{subresource:kubeconfig}", f"{vc}.subresource.kubeconfig", {"GET": issuer.handle}),
+        (item + "/{subresource:credentials}", f"{vc}.subresource.credentials", {"GET": own_credentials.handle}),
+        (item + "/{subresource}", f"{vc}.subresource.unknown", {method: handlers.unknown_subresource for method in
+                                                               ("GET", "PUT", "PATCH", "POST", "DELETE")}),
+        (GV_PATH + "/virtualclusters", f"{vc}.all", {"GET": handlers.list_or_watch, "POST": handlers.not_served,
+                                                     "PUT": handlers.not_served, "PATCH": handlers.not_served,
+                                                     "DELETE": handlers.not_served}),
+    ]
+    # Credentials are issued by the kubeconfig subresource and revoked by deleting them: read and delete
+    # only, every other verb is the method kube refuses for a resource without it.
+    creds = ResourceHandlers(credentials, on_deleted=revocation_events(virtualclusters.registry, events))
+    cred_collection = GV_PATH + "/namespaces/{namespace}/" + VIRTUALCLUSTERCREDENTIALS.resource
+    cr = f"resource:{VIRTUALCLUSTERCREDENTIALS.resource}"
+    routes += [
+        (cred_collection + "/{name}", f"{cr}.item", {"GET": creds.get, "DELETE": creds.delete,
+                                                     "PUT": creds.not_supported, "PATCH": creds.not_supported,
+                                                     "POST": creds.not_supported}),
+        (cred_collection, f"{cr}.collection", {"GET": creds.list_or_watch, "DELETE": creds.delete_collection,
+                                               "POST": creds.not_supported, "PUT": creds.nameless,
+                                               "PATCH": creds.nameless}),
+        (cred_collection + "/{name}/{subresource}", f"{cr}.subresource.unknown", {
+            method: creds.unknown_subresource for method in ("GET", "PUT", "PATCH", "POST", "DELETE")}),
+        (GV_PATH + "/" + VIRTUALCLUSTERCREDENTIALS.resource, f"{cr}.all", {
+            "GET": creds.list_or_watch, "POST": creds.not_served, "PUT": creds.not_served,
+            "PATCH": creds.not_served, "DELETE": creds.not_served}),
+    ]
+    for path, name, methods in routes:
         resource = app.router.add_resource(path, name=name)
         for method, handler in methods.items():
             resource.add_route(method, handler)
@@ -191,7 +220,8 @@ def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualCl
     app.add_routes([
         web.get("/version", version_handler),
         web.get("/metrics", metrics_handler),
-        *discovery.routes([VIRTUALCLUSTERS]),
+        *discovery.routes([VIRTUALCLUSTERS, VIRTUALCLUSTERCREDENTIALS]),
+        *webhook.routes(),
         *openapi.routes(),
         *health_routes(readiness_checks, lambda: lifecycle.shutting_down),
     ])
@@ -199,8 +229,12 @@ def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualCl
     async def startup(app: web.Application) -> None:
         await etcd.start()
         await cache.start()
+        await credentials_cache.start()
+        sweeper.start()
 
     async def cleanup(app: web.Application) -> None:
+        await sweeper.stop()
+        await credentials_cache.stop()
         await cache.stop()
         await etcd.close()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from apiserver.apis.resource import VIRTUALCLUSTERS
+from apiserver.apis.resource import VIRTUALCLUSTERCREDENTIALS, VIRTUALCLUSTERS
 from apiserver.auth.authn import (
     AlwaysAllowAuthorizer,
     Authenticator,
@@ -34,6 +34,7 @@ from apiserver.registry.admission import (
     PromoteAuthorization,
     RestoreAuthorization,
 )
+from apiserver.registry.credential import new_registry as credential_registry
 from apiserver.registry.quota import QuotaAdmission
 from apiserver.registry.virtualcluster import new_storage
 from apiserver.server.app import Lifecycle, Server, build_app, version_info
@@ -94,12 +95,16 @@ def new_server(config: CompletedConfig) -> Server:
     store = Store(etcd, VIRTUALCLUSTERS)
     cache = WatchCache(etcd, store.layout, history_size=config.etcd.watch_cache_history)
     virtualclusters = new_storage(CachedStore(store, cache), admission, secrets)
+    credential_store = Store(etcd, VIRTUALCLUSTERCREDENTIALS)
+    credentials_cache = WatchCache(etcd, credential_store.layout, history_size=config.etcd.watch_cache_history)
+    credentials = credential_registry(CachedStore(credential_store, credentials_cache))
     events = EventRecorder(host)
     lifecycle = Lifecycle()
     tenant_metrics = TenantMetrics(cache)
     metrics.registry.register(tenant_metrics)
     app = build_app(
-        etcd=etcd, cache=cache, virtualclusters=virtualclusters, events=events, metrics=metrics,
+        etcd=etcd, cache=cache, virtualclusters=virtualclusters, credentials=credentials,
+        credentials_cache=credentials_cache, events=events, metrics=metrics,
         authenticator=authenticator, authorizer=authorizer, limits=config.limits, kubeconfig=config.kubeconfig,
         version=version_info(), lifecycle=lifecycle, tenant_metrics=tenant_metrics)
     compactor = Compactor(etcd, config.etcd.compaction_interval)

@@ -30,15 +30,16 @@ def kubelet_client_flags(pki_dir: str) -> list[str]:
 
 
 def apiserver_flags(pki: str, *, bind: str, advertise: str, port: int, etcd_servers: str, audit_policy: str,
-                    audit_log: str, tuning: TenantTuning) -> list[str]:
-    """kube-apiserver's flags, its certificates and keys in directory ``pki``; ``audit_log`` a file or ``-``."""
+                    audit_log: str, authorization_config: str, tuning: TenantTuning) -> list[str]:
+    """kube-apiserver's flags, its certificates and keys in directory ``pki``; ``audit_log`` a file or ``-``;
+    ``authorization_config`` the file :func:`reconciler.runtime.authz.authorization_config` wrote."""
     return [
         f"--bind-address={bind}", f"--advertise-address={advertise}",
         f"--secure-port={port}", "--endpoint-reconciler-type=none",
         f"--etcd-servers={etcd_servers}", f"--etcd-cafile={pki}/etcd-ca.crt",
         f"--etcd-certfile={pki}/apiserver-etcd-client.crt", f"--etcd-keyfile={pki}/apiserver-etcd-client.key",
         f"--tls-cert-file={pki}/apiserver.crt", f"--tls-private-key-file={pki}/apiserver.key",
-        f"--client-ca-file={pki}/ca.crt", "--authorization-mode=Node,RBAC",
+        f"--client-ca-file={pki}/ca.crt", f"--authorization-config={authorization_config}",
         f"--requestheader-client-ca-file={pki}/front-proxy-ca.crt",
         "--requestheader-allowed-names=front-proxy-client",
         "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",

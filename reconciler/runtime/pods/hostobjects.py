@@ -19,6 +19,7 @@ from certs import pki as pkilib
 from certs.tenant import TenantPki
 from reconciler import versions
 from reconciler.runtime import audit
+from reconciler.runtime.authz import TenantAuthorizationWebhook, authorization_config
 from reconciler.runtime.base import BINARIES, FIELD_MANAGER, Obj, RuntimeFailure
 from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
 from reconciler.runtime.tuning import LEAN, TenantTuning
@@ -43,6 +44,8 @@ PKI_DIR = "/etc/kubernetes/pki"
 CONFIG_DIR = "/etc/kubernetes/config"
 KUBECONFIG = f"{CONFIG_DIR}/kubeconfig"  # the controller-manager's and the scheduler's, from their Secrets
 AUDIT_POLICY = "audit-policy.yaml"  # in the apiserver's Secret, beside its PKI
+AUTHZ_CONFIG = "authorization-config.yaml"  # there too: Node, the credential webhook, RBAC
+AUTHZ_WEBHOOK = "authorization-webhook.kubeconfig"
 COMPONENTS = ("etcd", "apiserver", "controller-manager", "scheduler")
 BINARY = dict(zip(COMPONENTS, BINARIES, strict=True))  # each component's binary (its image's name too)
 MAX_STS_NAME = 52  # a StatefulSet's name + its revision hash must fit a 63-character label
@@ -140,6 +143,7 @@ class HostObjects:
     etcd_image: str = ETCD_IMAGE
     etcd_replicas: int = 1
     tuning: TenantTuning = LEAN
+    webhook: TenantAuthorizationWebhook | None = None  # vc-apiserver's credential webhook, as tenant pods reach it
 
     # -- secrets -------------------------------------------------------------------------
 
@@ -158,13 +162,21 @@ class HostObjects:
             "apiserver": self.secret(plan, "apiserver", {**{k: f[k] for k in (
                 "ca.crt", "apiserver.crt", "apiserver.key", "apiserver-etcd-client.crt", "apiserver-etcd-client.key",
                 "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key", "etcd-ca.crt", "front-proxy-ca.crt",
-                "front-proxy-client.crt", "front-proxy-client.key", "sa.pub", "sa.key")}, AUDIT_POLICY: audit.policy_file()}),
+                "front-proxy-client.crt", "front-proxy-client.key", "sa.pub", "sa.key")}, AUDIT_POLICY: audit.policy_file(),
+                **self._authorization_files(plan, pki)}),
             "controller-manager": self.secret(plan, "controller-manager", {
                 "ca.crt": f["ca.crt"], "ca.key": f["ca.key"], "sa.key": f["sa.key"],
                 "kubeconfig": _kubeconfig(pki, "controller-manager", *internal)}),
             "scheduler": self.secret(plan, "scheduler", {"kubeconfig": _kubeconfig(pki, "scheduler", *internal)}),
             "admin": self.secret(plan, "admin", {"kubeconfig": _kubeconfig(pki, "admin", endpoint, None)}),
         }
+
+    def _authorization_files(self, plan: Plan, pki: TenantPki) -> dict[str, bytes | str]:
+        """The apiserver's authorization configuration and, when there is one, its webhook's kubeconfig."""
+        if self.webhook is None:
+            return {AUTHZ_CONFIG: authorization_config(None)}
+        return {AUTHZ_CONFIG: authorization_config(f"{PKI_DIR}/{AUTHZ_WEBHOOK}"),
+                AUTHZ_WEBHOOK: self.webhook.kubeconfig(plan.namespace, plan.name, pki)}
 
     def secret(self, plan: Plan, component: str, files: dict[str, bytes | str]) -> Obj:
         return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
@@ -287,7 +299,8 @@ class HostObjects:
             "name": "kube-apiserver", "image": self.image("apiserver"),
             "command": ["kube-apiserver", *apiserver_flags(
                 p, bind="0.0.0.0", advertise="$(POD_IP)", port=port, etcd_servers=etcd,
-                audit_policy=f"{p}/{AUDIT_POLICY}", audit_log="-", tuning=self.tuning)],
+                audit_policy=f"{p}/{AUDIT_POLICY}", audit_log="-", authorization_config=f"{p}/{AUTHZ_CONFIG}",
+                tuning=self.tuning)],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
             **_probes("/livez", "/readyz", port, "HTTPS"),

@@ -47,6 +47,7 @@ from apiserver.machinery.timefmt import rfc3339
 from certs.tenant import TenantPki
 from reconciler.backup.snapshots import Snapshot
 from reconciler.runtime import audit
+from reconciler.runtime.authz import TenantAuthorizationWebhook
 from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, Obj
 from reconciler.runtime.passmemo import PassMemo
 from reconciler.runtime.pods import supervisor
@@ -92,6 +93,7 @@ class PodsRuntime:
     snapshot_volume_size: str = "10Gi"
     snapshot_storage_class: str | None = None
     tuning: TenantTuning = LEAN
+    webhook: TenantAuthorizationWebhook | None = None  # vc-apiserver's credential webhook, as tenant pods reach it
     name: str = "pods"
     # wake -> Ready measured 7 s on the real-node lab (make bench, tests/e2e/test_real_lifecycle.py): pods
     # scheduled, etcd then the apiserver started in order and ready, images already there; twice that, for a
@@ -116,7 +118,8 @@ class PodsRuntime:
     @property
     def objects(self) -> HostObjects:
         """What builds every tenant's host objects, from this runtime's images, etcd size and tuning."""
-        return HostObjects(self.registry, self.kubernetes_version, self.etcd_image, self.etcd_replicas, self.tuning)
+        return HostObjects(self.registry, self.kubernetes_version, self.etcd_image, self.etcd_replicas, self.tuning,
+                           self.webhook)
 
     @property
     def backups(self) -> Backups:

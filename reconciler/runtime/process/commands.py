@@ -14,14 +14,17 @@ from certs import pki as pkilib
 from certs.tenant import TenantPki
 from reconciler.fileio import write_if_changed
 from reconciler.runtime import audit
+from reconciler.runtime.authz import TenantAuthorizationWebhook, authorization_config
 from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
 from reconciler.runtime.tuning import TenantTuning
 
 __all__ = ["commands", "write_files"]
 
 
-def write_files(base: Path, tenant: TenantPki, server: str) -> None:
-    """The PKI, the components' kubeconfigs and the apiserver's audit policy. Every reconcile writes
+def write_files(base: Path, tenant: TenantPki, server: str, webhook: TenantAuthorizationWebhook | None = None,
+                namespace: str = "", name: str = "") -> None:
+    """The PKI, the components' kubeconfigs, the apiserver's audit policy and authorization configuration
+    (with ``webhook``, the credential webhook of VirtualCluster ``namespace/name``). Every reconcile writes
     these, while components may be (re)starting and reading them: a file is only replaced when its
     content changes, and then atomically."""
     pki_dir = base / "pki"
@@ -33,6 +36,11 @@ def write_files(base: Path, tenant: TenantPki, server: str) -> None:
         config = pkilib.kubeconfig(server, ca, stem, tenant.files[f"{stem}.crt"], tenant.files[f"{stem}.key"])
         write_if_changed(base / f"{stem}.kubeconfig", json.dumps(config).encode(), 0o600)
     write_if_changed(base / "audit-policy.yaml", audit.policy_file(), 0o600)
+    hook = base / "authorization-webhook.kubeconfig"
+    if webhook is not None:
+        write_if_changed(hook, webhook.kubeconfig(namespace, name, tenant), 0o600)
+    write_if_changed(base / "authorization-config.yaml",
+                     authorization_config(str(hook) if webhook is not None else None), 0o600)
 
 
 def commands(bin_dir: Path, base: Path, ports: dict[str, int], bind: str, tuning: TenantTuning) -> dict[str, list[str]]:
@@ -54,7 +62,7 @@ def commands(bin_dir: Path, base: Path, ports: dict[str, int], bind: str, tuning
         "kube-apiserver": [str(b / "kube-apiserver"), *apiserver_flags(
             str(p), bind=bind, advertise=bind, port=ports["apiserver"], etcd_servers=etcd_url,
             audit_policy=str(base / "audit-policy.yaml"), audit_log=str(base / "logs" / "audit.log"),
-            tuning=tuning)],
+            authorization_config=str(base / "authorization-config.yaml"), tuning=tuning)],
         "kube-controller-manager": [str(b / "kube-controller-manager"), *controller_manager_flags(
             str(p), str(base / "controller-manager.kubeconfig"), bind="127.0.0.1",
             port=ports["controller-manager"], leader_elect=False)],

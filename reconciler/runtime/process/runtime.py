@@ -31,6 +31,7 @@ from apiserver.kubeclient.client import HostError, HostUnavailable
 from certs.tenant import TenantPki
 from reconciler.backup.snapshots import Snapshot, SnapshotStore
 from reconciler.runtime import audit
+from reconciler.runtime.authz import TenantAuthorizationWebhook
 from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure
 from reconciler.runtime.passmemo import PassMemo
 from reconciler.runtime.process.backups import Backups
@@ -56,6 +57,7 @@ class ProcessRuntime:
     port_range: tuple[int, int] = (20000, 29999)  # below the kernel's ephemeral ports
     snapshot_dir: Path | None = None  # where tenants' snapshots are kept; default: snapshots beside root
     tuning: TenantTuning = LEAN
+    webhook: TenantAuthorizationWebhook | None = None  # vc-apiserver's credential webhook, as tenants reach it
     name: str = "process"
     WAKE_ESTIMATE: ClassVar[int] = 10  # wake -> Ready measured 3.5 s alone on 2 cores (docs/benchmarks.md)
     clients: TenantClients = field(default_factory=TenantClients)
@@ -245,7 +247,7 @@ class ProcessRuntime:
         server = f"https://127.0.0.1:{ports['apiserver']}" if host == "127.0.0.1" else endpoint
         tenant, inputs, started = (namespace, name), (pki.digest(), server), time.monotonic()
         if self._written.recall(tenant, inputs, self.rewrite_after) is None:
-            write_files(self.dir(namespace, name), pki, server)
+            write_files(self.dir(namespace, name), pki, server, self.webhook, namespace, name)
             self._written.remember(tenant, inputs, started, True)
 
     async def _scheduling(self, vc: Obj, base: Path, endpoint: str, pki: TenantPki) -> bool:
