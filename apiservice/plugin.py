@@ -103,12 +103,7 @@ def list_clusters(k: Kubectl, all_namespaces: bool) -> None:
         slice_text = ",".join(f"{k_}={v}" for k_, v in sorted(resources.items())) if sliced else "-"
         rows.append((meta["namespace"], meta["name"], status.get("phase") or "Pending", f"{ready}/{len(nodes)}",
                      slice_text, status.get("controlPlaneEndpoint") or "-"))
-    if len(rows) == 1:
-        print("No VirtualClusters found.", file=sys.stderr)
-        return
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    _table(rows, "No VirtualClusters found.")
 
 
 def wake(k: Kubectl, name: str) -> bool:
@@ -138,6 +133,36 @@ def snapshot(k: Kubectl, name: str) -> None:
                           f"before asking for a snapshot")
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     k.run("annotate", "virtualcluster", name, f"{SNAPSHOT_ANNOTATION}={now}", "--overwrite")
+
+
+def _table(rows: list[tuple[str, ...]], empty: str) -> None:
+    if len(rows) == 1:
+        print(empty, file=sys.stderr)
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def credentials(k: Kubectl, cluster: str | None) -> None:
+    """The credentials issued in the namespace (all of them: a namespace admin's view), or with ``cluster``
+    the caller's own for that cluster (the ``credentials`` subresource: anyone who may fetch a kubeconfig)."""
+    if cluster is None:
+        items = k.json("get", "virtualclustercredentials").get("items") or []
+    else:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{k.current_namespace()}/virtualclusters/{cluster}/credentials"
+        items = json.loads(k.run("get", "--raw", path, namespaced=False)).get("items") or []
+    rows = [("ID", "CLUSTER", "USER", "ISSUED", "EXPIRES", "LAST USED")]
+    for c in sorted(items, key=lambda c: c["metadata"].get("creationTimestamp", "")):
+        spec, status = c.get("spec") or {}, c.get("status") or {}
+        rows.append((c["metadata"]["name"], spec.get("virtualCluster", "-"), spec.get("user", "-"),
+                     c["metadata"].get("creationTimestamp", "-"), spec.get("expirationTimestamp", "-"),
+                     status.get("lastUsedTime") or "-"))
+    _table(rows, "No credentials found.")
+
+
+def revoke(k: Kubectl, credential_id: str) -> None:
+    k.run("delete", "virtualclustercredential", credential_id)
 
 
 def exec_credential(k: Kubectl, name: str, seconds: int) -> dict[str, Any]:
@@ -231,6 +256,13 @@ def _parser() -> argparse.ArgumentParser:
                        ("wake", "start a hibernated one again"),
                        ("snapshot", "take a snapshot of its etcd now (spec.backup must be set)")):
         verbs.add_parser(verb, parents=[common], help=text).add_argument("name")
+    creds = verbs.add_parser("credentials", parents=[common], help="credentials issued for VirtualClusters, and "
+                                                                   "revoking one",
+                             description="kubectl vc credentials: every credential issued in the namespace "
+                                         "(needs list virtualclustercredentials). kubectl vc credentials NAME: "
+                                         "yours for VirtualCluster NAME. kubectl vc credentials revoke ID: revoke "
+                                         "one; the tenant refuses it within seconds.")
+    creds.add_argument("words", nargs="*", metavar="NAME | revoke ID")
     cred = verbs.add_parser("credential", parents=[common],
                             help="an ExecCredential for kubectl's exec plugin (what connect writes)")
     cred.add_argument("name")
@@ -257,6 +289,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             snapshot(k, args.name)
             print(f"virtualcluster {args.name}: snapshot requested (kubectl get vc {args.name} -o "
                   f"jsonpath='{{.status.backups}}' lists it once verified)")
+        elif args.verb == "credentials":
+            words = list(args.words)
+            if words[:1] == ["revoke"]:
+                if len(words) != 2:
+                    raise PluginError("usage: kubectl vc credentials revoke ID")
+                revoke(k, words[1])
+                print(f"credential {words[1]} revoked: the tenant refuses it within seconds")
+            elif len(words) > 1:
+                raise PluginError("usage: kubectl vc credentials [NAME | revoke ID]")
+            else:
+                credentials(k, words[0] if words else None)
         elif args.verb == "credential":
             print(json.dumps(exec_credential(k, args.name, args.expiration_seconds)))
     except PluginError as e:

@@ -234,6 +234,15 @@ class RestoreFromSchema(KubeSchema):
                    validate=Check(dns1123_subdomain_errors))
 
 
+class CredentialPolicySchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterCredentialPolicy"
+    DESCRIPTION = "Limits on the credentials the kubeconfig subresource issues for this cluster."
+
+    maxExpirationSeconds = Int("The longest a credential issued for this cluster lives, in seconds: it shortens "
+                               "the default (3600) and the server's --max-kubeconfig-expiration, never lengthens "
+                               "them.", format="int64", validate=Range(min=600))
+
+
 class VirtualClusterSpecSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterSpec"
     DESCRIPTION = "The desired state of a VirtualCluster."
@@ -252,6 +261,8 @@ class VirtualClusterSpecSchema(KubeSchema):
     kubeInKubeConfig = Obj(KubeInKubeConfigSchema, "Control-plane shape for the pods runtime.")
     kubeconfig = Str("Reserved for importing an existing cluster; never written by the server (credentials are "
                      "served by the kubeconfig subresource).")
+    credentials = Obj(CredentialPolicySchema, "Limits on the credentials issued for this cluster (each one a "
+                      "VirtualClusterCredential, revoked by deleting it).")
     hibernation = Obj(HibernationSchema, "Hibernation: stop the control plane and return the nodes, on demand or "
                       "after inactivity, keeping every object of the tenant.")
     backup = Obj(BackupSchema, "Scheduled, verified snapshots of the tenant's etcd.")

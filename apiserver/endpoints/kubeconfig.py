@@ -3,7 +3,7 @@
 The client certificate's CN is the requesting user and its O is
 ``kosmos:tenant-admins`` (cluster-admin inside the tenant) and ``kosmos:credential:<id>``. It
 expires after ``expirationSeconds`` (default one hour, at least 10 minutes, at most the server's
-limit). Each issuance is a VirtualClusterCredential named ``<id>`` (created before the certificate
+limit and the cluster's ``spec.credentials.maxExpirationSeconds``). Each issuance is a VirtualClusterCredential named ``<id>`` (created before the certificate
 is minted, so every certificate handed out can be listed and revoked) and an Event on the
 VirtualCluster; the key is never logged.
 
@@ -119,6 +119,8 @@ class KubeconfigIssuer:
         seconds = expiration(request.rel_url.query, self.max_expiration)
         obj = await self.rest.registry.get(namespace, name)
         vc = VirtualCluster(obj)
+        if policy := ((obj.get("spec") or {}).get("credentials") or {}).get("maxExpirationSeconds"):
+            seconds = min(seconds, int(policy))  # the cluster's own limit (at least MIN_EXPIRATION, by its schema)
         phase = vc.status.phase
         if vc.meta.deletion_timestamp:
             raise self._not_ready(name, "Deleting")

@@ -21,6 +21,8 @@ import orjson
 from aiohttp import web
 from marshmallow import fields
 
+from apiserver.apis.credential import CredentialListSchema, CredentialSchema
+from apiserver.apis.resource import VIRTUALCLUSTERCREDENTIALS as CRED
 from apiserver.apis.resource import VIRTUALCLUSTERS as VC
 from apiserver.apis.schema import ListMetaSchema, VirtualClusterListSchema, VirtualClusterSchema
 from apiserver.endpoints.patch import ACCEPTED as ACCEPTED_PATCH_TYPES
@@ -180,8 +182,9 @@ class APIResourceListSchema(KubeSchema):
     resources = Array(Obj(APIResourceSchema), "The resources and whether they are namespaced.", required=True)
 
 
-_ROOTS: tuple[type[KubeSchema], ...] = (VirtualClusterSchema, VirtualClusterListSchema, StatusSchema,
-                                        DeleteOptionsSchema, WatchEventSchema, APIResourceListSchema)
+_ROOTS: tuple[type[KubeSchema], ...] = (VirtualClusterSchema, VirtualClusterListSchema, CredentialSchema,
+                                        CredentialListSchema, StatusSchema, DeleteOptionsSchema, WatchEventSchema,
+                                        APIResourceListSchema)
 
 
 def _scalars(v3: bool) -> dict[str, dict[str, Any]]:
@@ -356,6 +359,7 @@ class Operation:
     produces: tuple[str, ...] = (_JSON, _YAML)
     consumes: tuple[str, ...] = ("*/*",)
     gvk: bool = True
+    kind: str = VC.kind  # of x-kubernetes-group-version-kind
 
 
 def _op_id(verb: str, suffix: str) -> str:
@@ -414,6 +418,38 @@ def _paths_table() -> dict[str, tuple[tuple[Param, ...], list[Operation]]]:
             "get", "read", "get", f"read kubeconfig of the specified {kind}",
             _op_id("read", f"Namespaced{kind}Kubeconfig"), (EXPIRATION_SECONDS,),
             responses={"200": KUBECONFIG_SCHEMA})]),
+        f"{namespaced}/{{name}}/credentials": ((NAME, NAMESPACE, PRETTY), [Operation(
+            "get", "read", "get", f"read the caller's own credentials for the specified {kind}",
+            _op_id("read", f"Namespaced{kind}Credentials"), responses={"200": CredentialListSchema.OPENAPI_NAME})]),
+        **_credential_paths(),
+    }
+
+
+def _credential_paths() -> dict[str, tuple[tuple[Param, ...], list[Operation]]]:
+    """The credentials the kubeconfig subresource issued: read, list, watch and delete only."""
+    kind, obj, lst = CRED.kind, CredentialSchema.OPENAPI_NAME, CredentialListSchema.OPENAPI_NAME
+    namespaced = f"{_ROOT}/namespaces/{{namespace}}/{CRED.resource}"
+    list_op = {"responses": {"200": lst}, "produces": (_JSON, _YAML, _WATCH), "params": LIST_PARAMS, "kind": kind}
+    name = Param("name", "string", f"name of the {kind}", "path")
+    return {
+        f"{_ROOT}/{CRED.resource}": ((PRETTY,), [Operation(
+            "get", "list", "list", f"list or watch objects of kind {kind}",
+            _op_id("list", f"{kind}ForAllNamespaces"), **list_op)]),
+        namespaced: ((NAMESPACE, PRETTY), [
+            Operation("get", "list", "list", f"list or watch objects of kind {kind}",
+                      _op_id("list", f"Namespaced{kind}"), **list_op),
+            Operation("delete", "deletecollection", "deletecollection", f"delete (revoke) a collection of {kind}",
+                      _op_id("delete", f"CollectionNamespaced{kind}"), DELETECOLLECTION_PARAMS,
+                      DeleteOptionsSchema.OPENAPI_NAME, False, responses={"200": StatusSchema.OPENAPI_NAME},
+                      kind=kind),
+        ]),
+        f"{namespaced}/{{name}}": ((name, NAMESPACE, PRETTY), [
+            Operation("get", "read", "get", f"read the specified {kind}", _op_id("read", f"Namespaced{kind}"),
+                      responses={"200": obj}, kind=kind),
+            Operation("delete", "delete", "delete", f"delete (revoke) a {kind}", _op_id("delete", f"Namespaced{kind}"),
+                      (DRY_RUN, *DELETE_PARAMS), DeleteOptionsSchema.OPENAPI_NAME, False,
+                      responses={"200": StatusSchema.OPENAPI_NAME}, kind=kind),
+        ]),
     }
 
 
@@ -440,7 +476,7 @@ def _extensions(op: Operation) -> dict[str, Any]:
     if op.action:
         out["x-kubernetes-action"] = op.action
     if op.gvk:
-        out["x-kubernetes-group-version-kind"] = dict(_GVK)
+        out["x-kubernetes-group-version-kind"] = {**_GVK, "kind": op.kind}
     return out
 
 

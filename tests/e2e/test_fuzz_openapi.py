@@ -42,6 +42,12 @@ OPERATIONS = [
     "PUT /apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclusters/{name}/status",
     "PATCH /apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclusters/{name}/status",
     "GET /apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclusters/{name}/kubeconfig",
+    "GET /apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclusters/{name}/credentials",
+    "GET /apis/kosmos.io/v1alpha1/virtualclustercredentials",
+    "GET /apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclustercredentials",
+    "DELETE /apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclustercredentials",
+    "GET /apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclustercredentials/{name}",
+    "DELETE /apis/kosmos.io/v1alpha1/namespaces/{namespace}/virtualclustercredentials/{name}",
 ]
 SCHEMATHESIS_NS = "fuzz-openapi"
 SCHEMATHESIS_TARGET = "target"

@@ -100,6 +100,28 @@ def test_rbac_self_service_is_decided_by_the_installed_servers_service_account(i
     assert not installed.json("get", "pods", "-n", "ic-team-a")["items"]
 
 
+def test_a_credential_revoked_on_the_production_path_is_refused_by_the_tenant_within_seconds(
+        installed: Kubectl, tmp_path: Path) -> None:
+    """Tenant apiserver pods ask the installed server's credential webhook through its Service."""
+    installed.ensure_namespace("ic-creds")
+    installed.run("create", "-f", "-", "-n", "ic-creds", input=json.dumps(vc("revocable", "ic-creds")))
+    wait_vc(installed, "ic-creds", "revocable", "condition=Ready", timeout=180)
+    for part in ("a", "b"):
+        (tmp_path / part).mkdir()
+    revoked, kept = tenant(installed, "ic-creds", "revocable", tmp_path / "a"), \
+        tenant(installed, "ic-creds", "revocable", tmp_path / "b")
+    groups = revoked.json("auth", "whoami")["status"]["userInfo"]["groups"]
+    credential = next(g.removeprefix("kosmos:credential:") for g in groups if g.startswith("kosmos:credential:"))
+    installed.run("delete", "vccred", credential, "-n", "ic-creds")
+    started = time.monotonic()
+    wait_until(lambda: revoked.run("get", "ns", "default", check=False).returncode != 0, 10,
+               "the revoked credential refused")
+    say(f"  in-cluster: a revoked credential refused {time.monotonic() - started:.1f}s after its delete")
+    assert f"the credential {credential} was revoked" in revoked.run("get", "ns", "default", check=False).stderr
+    assert kept.run("get", "ns", "default", check=False).returncode == 0
+    installed.run("delete", "vc", "revocable", "-n", "ic-creds", "--wait", "--timeout=120s", timeout=150)
+
+
 class Requests(threading.Thread):
     """Lists VirtualClusters through the host, again and again, keeping every failure."""
 

@@ -304,7 +304,8 @@ def test_raw_discovery_and_openapi(kubectl: Kubectl) -> None:
     resources = json.loads(kubectl.run("get", "--raw", "/apis/kosmos.io/v1alpha1").stdout)
     assert resources["kind"] == "APIResourceList"
     assert {r["name"] for r in resources["resources"]} == {
-        "virtualclusters", "virtualclusters/status", "virtualclusters/kubeconfig"}
+        "virtualclusters", "virtualclusters/status", "virtualclusters/kubeconfig", "virtualclusters/credentials",
+        "virtualclustercredentials"}
     v3 = json.loads(kubectl.run("get", "--raw", "/openapi/v3").stdout)
     url = v3["paths"]["apis/kosmos.io/v1alpha1"]["serverRelativeURL"]
     doc = json.loads(kubectl.run("get", "--raw", url).stdout)

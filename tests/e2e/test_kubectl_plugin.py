@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,35 @@ def test_connect_list_hibernate_and_wake_through_kubectl_vc(home: Path) -> None:
     host.run("delete", "vc", "hello", "-n", NS, "--wait", timeout=120)
 
 
+def test_credentials_are_listed_and_a_revoked_one_is_refused_by_the_tenant(home: Path, tmp_path: Path) -> None:
+    host = Kubectl(home, host_namespaces=True)
+    host.ensure_namespace(NS)
+    host.run("create", "-f", "-", input=json.dumps(vc("creds", NS)))
+    host.run("wait", "vc/creds", "-n", NS, "--for=condition=Ready", "--timeout=120s", timeout=150)
+    fetched = tmp_path / "tenant.kubeconfig"
+    fetched.write_text(host.run("get", "--raw", f"/apis/kosmos.io/v1alpha1/namespaces/{NS}/virtualclusters/creds/"
+                                                "kubeconfig").stdout)
+    assert kubectl(fetched, "get", "namespaces").returncode == 0
+    own = kubectl(home, "vc", "credentials", "creds", "-n", NS)
+    assert own.returncode == 0, own.stderr
+    header, *rows = own.stdout.splitlines()
+    assert header.split() == ["ID", "CLUSTER", "USER", "ISSUED", "EXPIRES", "LAST", "USED"]
+    assert len(rows) == 1 and rows[0].split()[1:3] == ["creds", "kubernetes-admin"]
+    credential_id = rows[0].split()[0]
+    everyone = kubectl(home, "vc", "credentials", "-n", NS)
+    assert everyone.returncode == 0 and credential_id in everyone.stdout
+    revoked = kubectl(home, "vc", "credentials", "revoke", credential_id, "-n", NS)
+    assert revoked.returncode == 0 and f"credential {credential_id} revoked" in revoked.stdout, revoked.stderr
+    deadline = time.monotonic() + 10
+    while kubectl(fetched, "get", "namespaces").returncode == 0:
+        assert time.monotonic() < deadline, "the revoked credential still works after 10 s"
+        time.sleep(0.2)
+    assert f"the credential {credential_id} was revoked" in kubectl(fetched, "get", "namespaces").stderr
+    host.run("delete", "vc", "creds", "-n", NS, "--wait", timeout=120)
+
+
 def test_each_verb_has_help_and_errors_are_one_line_and_a_failing_exit(home: Path) -> None:
-    for verb in ("list", "connect", "hibernate", "wake", "snapshot", "credential"):
+    for verb in ("list", "connect", "hibernate", "wake", "snapshot", "credential", "credentials"):
         helped = kubectl(home, "vc", verb, "--help")
         assert helped.returncode == 0 and f"kubectl vc {verb}" in helped.stdout
     missing = kubectl(home, "vc", "connect", "nope", "-n", NS, "--timeout", "5")

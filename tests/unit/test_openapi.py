@@ -22,6 +22,8 @@ COLLECTION = f"{ROOT}/namespaces/{{namespace}}/virtualclusters"
 ITEM = f"{COLLECTION}/{{name}}"
 VC = "io.kosmos.v1alpha1.VirtualCluster"
 GVK = {"group": "kosmos.io", "version": "v1alpha1", "kind": "VirtualCluster"}
+CREDENTIALS = f"{ROOT}/namespaces/{{namespace}}/virtualclustercredentials"
+CREDENTIAL = f"{CREDENTIALS}/{{name}}"
 ACTIONS = {"get", "list", "post", "put", "patch", "delete", "deletecollection"}
 METHODS = ("get", "put", "post", "delete", "patch")
 APIMACHINERY = [f"io.k8s.apimachinery.pkg.apis.meta.v1.{name}" for name in (
@@ -169,7 +171,8 @@ def test_document_versions_are_declared() -> None:
 @both
 def test_all_resource_paths_are_published(version: str) -> None:
     assert set(DOCS[version]["paths"]) == {
-        f"{ROOT}/", f"{ROOT}/virtualclusters", COLLECTION, ITEM, f"{ITEM}/status", f"{ITEM}/kubeconfig"}
+        f"{ROOT}/", f"{ROOT}/virtualclusters", COLLECTION, ITEM, f"{ITEM}/status", f"{ITEM}/kubeconfig",
+        f"{ITEM}/credentials", f"{ROOT}/virtualclustercredentials", CREDENTIALS, CREDENTIAL}
 
 
 @both
@@ -189,6 +192,13 @@ def test_operations_have_kube_style_ids(version: str) -> None:
         (f"{ITEM}/status", "put"): "replaceKosmosIoV1alpha1NamespacedVirtualClusterStatus",
         (f"{ITEM}/status", "patch"): "patchKosmosIoV1alpha1NamespacedVirtualClusterStatus",
         (f"{ITEM}/kubeconfig", "get"): "readKosmosIoV1alpha1NamespacedVirtualClusterKubeconfig",
+        (f"{ITEM}/credentials", "get"): "readKosmosIoV1alpha1NamespacedVirtualClusterCredentials",
+        (f"{ROOT}/virtualclustercredentials", "get"):
+            "listKosmosIoV1alpha1VirtualClusterCredentialForAllNamespaces",
+        (CREDENTIALS, "get"): "listKosmosIoV1alpha1NamespacedVirtualClusterCredential",
+        (CREDENTIALS, "delete"): "deleteKosmosIoV1alpha1CollectionNamespacedVirtualClusterCredential",
+        (CREDENTIAL, "get"): "readKosmosIoV1alpha1NamespacedVirtualClusterCredential",
+        (CREDENTIAL, "delete"): "deleteKosmosIoV1alpha1NamespacedVirtualClusterCredential",
     }
 
 
@@ -199,7 +209,8 @@ def test_resource_operations_carry_an_action_and_the_gvk_as_an_object(version: s
         if path == f"{ROOT}/":
             continue
         assert op["x-kubernetes-action"] in ACTIONS, (path, method)
-        assert op["x-kubernetes-group-version-kind"] == GVK, (path, method)
+        kind = "VirtualClusterCredential" if "virtualclustercredentials" in path else "VirtualCluster"
+        assert op["x-kubernetes-group-version-kind"] == {**GVK, "kind": kind}, (path, method)
     paths = DOCS[version]["paths"]
     assert paths[COLLECTION]["get"]["x-kubernetes-action"] == "list"
     assert paths[COLLECTION]["delete"]["x-kubernetes-action"] == "deletecollection"

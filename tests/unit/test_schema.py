@@ -506,7 +506,7 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
 
     assert set(VirtualClusterSpecSchema().fields) == {
         "externalIP", "externalIps", "promotePolicies", "promoteResources", "kubeInKubeConfig", "kubeconfig",
-        "hibernation", "backup", "restoreFrom"}
+        "credentials", "hibernation", "backup", "restoreFrom"}
     assert set(RestoreFromSchema().fields) == {"virtualCluster", "snapshot"}
     assert set(HibernationSchema().fields) == {"hibernated", "afterInactivity", "wakeOnAccess"}
     assert set(BackupSchema().fields) == {"schedule", "keep"}
