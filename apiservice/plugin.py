@@ -169,6 +169,12 @@ def exec_credential(k: Kubectl, name: str, seconds: int) -> dict[str, Any]:
     """An ExecCredential from a fresh credential of the subresource, expiring when it does."""
     config = k.subresource(name, seconds)
     user = config["users"][0]["user"]
+    if "token" in user:  # an imported cluster's: a ServiceAccount token, its expiry in its claims
+        claims = user["token"].split(".")[1]
+        exp = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))["exp"]
+        return {"apiVersion": EXEC_API, "kind": "ExecCredential",
+                "status": {"token": user["token"], "expirationTimestamp": dt.datetime.fromtimestamp(
+                    exp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}
     cert = base64.b64decode(user["client-certificate-data"])
     expires = load_cert(cert).not_valid_after_utc
     return {"apiVersion": EXEC_API, "kind": "ExecCredential",

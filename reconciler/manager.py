@@ -59,7 +59,7 @@ class Manager:
         slices = slices or SliceConfig()
         self.slices = SharedSlices(host, events, slices.overcommit, slices.placement) if host is not None else None
         self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes,
-                                                 self.slices)
+                                                 self.slices, host)
         self.quota = QuotaRecount(host, registry) if host is not None else None
         self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None

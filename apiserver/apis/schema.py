@@ -25,7 +25,7 @@ from marshmallow import ValidationError, validates_schema
 from apiserver.apis.resource import VIRTUALCLUSTERS
 from apiserver.apis.sharedslice import DEFAULT_MODE, RESOURCES_MODES
 from apiserver.machinery import cron
-from apiserver.machinery.errors import Cause
+from apiserver.machinery.errors import FIELD_VALUE_FORBIDDEN, Cause
 from apiserver.machinery.fields import (
     FIELDS_V1_REF,
     LIST_MAP_KEYS,
@@ -69,7 +69,7 @@ DEFINITION_PREFIX = "io.kosmos.v1alpha1"
 
 PHASES = ("Pending", "Preparing", "Initialized", "Completed", "Updating", "Hibernating", "Hibernated", "Waking",
           "Deleting")
-NODE_PHASES = ("Claimed", "Joining", "Ready", "Releasing")
+NODE_PHASES = ("Claimed", "Joining", "Ready", "Releasing", "NotReady")
 CONDITION_STATUSES = ("True", "False", "Unknown")
 SERVICE_TYPES = ("nodePort", "hostNetwork")
 
@@ -234,6 +234,32 @@ class RestoreFromSchema(KubeSchema):
                    validate=Check(dns1123_subdomain_errors))
 
 
+class SecretKeyRefSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.SecretKeyRef"
+    DESCRIPTION = "A key of a Secret in the VirtualCluster's namespace."
+
+    name = Str("Name of the Secret.", required=True, validate=Check(dns1123_subdomain_errors))
+    key = Str("The key holding the kubeconfig.", default="kubeconfig", validate=Check(qualified_name_errors))
+
+
+class ImportSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.Import"
+    DESCRIPTION = ("An existing cluster served as this VirtualCluster: no control plane is built; its reachability, "
+                   "version and nodes are reported in status, and the kubeconfig subresource issues revocable "
+                   "per-caller credentials in it. Immutable.")
+
+    kubeconfigSecretRef = Obj(SecretKeyRefSchema, "The Secret holding a kubeconfig of the cluster, with the right "
+                              "to manage ServiceAccounts, ClusterRoleBindings and tokens there (what issued "
+                              "credentials are made of).", required=True)
+
+
+IMPORT_REFUSED = {
+    "hibernation": "hibernate it", "backup": "snapshot it", "restoreFrom": "restore it from a snapshot",
+    "promotePolicies": "promote host nodes into it", "promoteResources": "give it host compute",
+    "kubeInKubeConfig": "shape its control plane",
+}
+
+
 class CredentialPolicySchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterCredentialPolicy"
     DESCRIPTION = "Limits on the credentials the kubeconfig subresource issues for this cluster."
@@ -263,6 +289,8 @@ class VirtualClusterSpecSchema(KubeSchema):
                      "served by the kubeconfig subresource).")
     credentials = Obj(CredentialPolicySchema, "Limits on the credentials issued for this cluster (each one a "
                       "VirtualClusterCredential, revoked by deleting it).")
+    import_ = Obj(ImportSchema, "Serve an existing cluster instead of building a control plane. Set on create "
+                  "only: immutable.", data_key="import")
     hibernation = Obj(HibernationSchema, "Hibernation: stop the control plane and return the nodes, on demand or "
                       "after inactivity, keeping every object of the tenant.")
     backup = Obj(BackupSchema, "Scheduled, verified snapshots of the tenant's etcd.")
@@ -292,8 +320,8 @@ class NodeStatusSchema(KubeSchema):
 
     name = Str("Name of the node: the host node's, or the shared slice's virtual node in the tenant.",
                required=True, validate=Check(dns1123_subdomain_errors))
-    phase = Str("Where the node is in its promotion: Claimed, Joining, Ready or Releasing.",
-                validate=OneOf(NODE_PHASES))
+    phase = Str("Where the node is in its promotion: Claimed, Joining, Ready or Releasing; a node of an "
+                "imported cluster is Ready or NotReady.", validate=OneOf(NODE_PHASES))
     shared = Bool("True for the virtual node that serves spec.promoteResources.resources as a shared slice: it "
                   "stands for no host node (its capacity is the slice, its pods run in "
                   "status.sharedResources.namespace), so nothing of the host is claimed or drained for it.")
@@ -342,6 +370,7 @@ class VirtualClusterStatusSchema(KubeSchema):
                        "where hibernation is used; `kubectl wait --for=condition=Ready` waits on Ready.",
                        validate=Unique(lambda c: c.get("type"), "type"))
     controlPlaneEndpoint = Str("URL (https://host:port) of the tenant kube-apiserver.")
+    kubernetesVersion = Str("The Kubernetes version the cluster's apiserver reports (imported clusters).")
     port = Int("Port of the tenant kube-apiserver.", validate=Range(1, 65535))
     nodes = Array(Obj(NodeStatusSchema), "Host nodes promoted into the virtual cluster and their phases, and the "
                   "virtual node of a shared slice (shared: true).",
@@ -464,6 +493,15 @@ _OBJECT = VirtualClusterSchema()
 def validate_spec(spec: Any) -> list[Cause]:
     """Causes for everything wrong in ``spec`` (``None``, i.e. absent, is an empty spec)."""
     return validate_with(_SPEC, spec, "spec")
+
+
+def import_conflicts(spec: Any) -> list[Cause]:
+    """An imported cluster has no control plane here: what would act on one is refused, naming the field
+    (a rule across fields, kept out of the schema so that the write path's fast check still applies)."""
+    if not isinstance(spec, dict) or spec.get("import") is None:
+        return []
+    return [Problem(FIELD_VALUE_FORBIDDEN, f"an imported cluster has no control plane here to {what}").cause(
+        f"spec.{name}") for name, what in IMPORT_REFUSED.items() if spec.get(name) not in (None, [], {})]
 
 
 def validate_status(status: Any) -> list[Cause]:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -17,7 +18,9 @@ from aiohttp import web
 from apiserver.apis.credential import CLUSTER_LABEL, OWNER_LABEL, owner_label_value
 from apiserver.auth.authn import UserInfo
 from apiserver.endpoints import negotiation
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
+from apiserver.kubeclient.imported import ImportError_, import_ref, imported_cluster
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.selectors import parse_label_selector
@@ -26,9 +29,13 @@ from apiserver.registry.store import Registry
 
 __all__ = ["OwnCredentials", "revocation_events"]
 
+log = logging.getLogger(__name__)
 
-def revocation_events(clusters: Registry, events: EventRecorder) -> Callable[[web.Request, list[Obj]], Awaitable[None]]:
-    """The ``on_deleted`` hook of the credentials' handlers."""
+
+def revocation_events(clusters: Registry, events: EventRecorder,
+                      host: KubeClient | None = None) -> Callable[[web.Request, list[Obj]], Awaitable[None]]:
+    """The ``on_deleted`` hook of the credentials' handlers: the Event, and for an imported cluster the
+    credential's ServiceAccount deleted there at once (the sweep retries what fails here)."""
 
     async def revoked(request: web.Request, objs: list[Obj]) -> None:
         by: UserInfo | None = request.get("user")
@@ -38,6 +45,8 @@ def revocation_events(clusters: Registry, events: EventRecorder) -> Callable[[we
                 cluster = await clusters.get(meta["namespace"], str(spec.get("virtualCluster", "")))
             except errors.ApiError:
                 continue  # its cluster is gone: nothing to tell the story on
+            if host is not None and import_ref(cluster) is not None:
+                await _revoke_imported(host, cluster, meta["name"])
             await events.record(cluster, "Normal", "CredentialRevoked",
                                 f"credential {meta['name']} issued to {spec.get('user')} revoked by "
                                 f"{by.name if by else 'the server'}")
@@ -63,3 +72,17 @@ class OwnCredentials:
         items = [e.obj for e in listed.entries if (e.obj.get("spec") or {}).get("user") == user.name]
         return negotiation.render({"apiVersion": info.group_version, "kind": info.list_kind,
                                    "metadata": listed.list_meta(), "items": items}, target)
+
+
+async def _revoke_imported(host: KubeClient, cluster: Obj, credential: str) -> None:
+    try:
+        imported = await imported_cluster(host, cluster)
+    except (ImportError_, HostError, HostUnavailable) as e:
+        log.warning("cannot revoke credential %s in the imported cluster now (the sweep retries): %s", credential, e)
+        return
+    try:
+        await imported.revoke(credential)
+    except (HostError, HostUnavailable) as e:
+        log.warning("cannot revoke credential %s in the imported cluster now (the sweep retries): %s", credential, e)
+    finally:
+        await imported.close()

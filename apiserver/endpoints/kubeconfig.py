@@ -16,6 +16,7 @@ says it is waking and about how long that takes, with ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
@@ -28,10 +29,12 @@ from apiserver.apis.resource import CONTROL_PLANE_READY
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.auth.authn import UserInfo
 from apiserver.endpoints import negotiation as wire
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
+from apiserver.kubeclient.imported import ImportError_, import_ref, imported_cluster
 from apiserver.machinery import errors
 from apiserver.machinery.timefmt import now_rfc3339, rfc3339
-from apiserver.registry.rest import WriteOptions
+from apiserver.registry.rest import DeleteOptions, WriteOptions
 from apiserver.registry.store import Registry
 from apiserver.registry.virtualcluster.kubeconfig import KubeconfigREST
 from certs import pki
@@ -59,8 +62,10 @@ def expiration(query: Any, maximum: int) -> int:
 
 class KubeconfigIssuer:
     def __init__(self, rest: KubeconfigREST, credentials: Registry, events: EventRecorder, max_expiration: int,
-                 wake_estimate: int = 30, issued: Callable[[str, str], None] = lambda _ns, _name: None) -> None:
+                 wake_estimate: int = 30, issued: Callable[[str, str], None] = lambda _ns, _name: None,
+                 host: KubeClient | None = None) -> None:
         self.rest = rest
+        self.host = host  # where an imported cluster's Secret is read
         self.credentials = credentials
         self.issued = issued  # told of each credential issued (namespace, name): metering
         self.events = events
@@ -113,6 +118,29 @@ class KubeconfigIssuer:
                                              WriteOptions(field_manager=FIELD_MANAGER))
         await self.events.record(obj, "Normal", "WakeRequested", "kubeconfig fetched: waking the virtual cluster")
 
+    async def _imported_kubeconfig(self, obj: dict[str, Any], credential_id: str, user: UserInfo, seconds: int,
+                                   context: str) -> dict[str, Any]:
+        """A token of the credential's own ServiceAccount in the imported cluster. If the cluster cannot
+        make one, the credential's object goes too (nothing half-issued), and the caller gets a 503."""
+        namespace = obj["metadata"]["namespace"]
+        try:
+            if self.host is None:
+                raise ImportError_("importing a cluster needs a host cluster")
+            cluster = await imported_cluster(self.host, obj)
+            try:
+                token = await cluster.issue(credential_id, seconds)
+            finally:
+                await cluster.close()
+        except (ImportError_, HostError, HostUnavailable) as e:
+            with contextlib.suppress(errors.ApiError):
+                await self.credentials.delete(namespace, credential_id, DeleteOptions(), WriteOptions())
+            raise errors.service_unavailable(f"the imported cluster cannot issue a credential now: {e}") from None
+        config = pki.kubeconfig(cluster.server, cluster.ca or b"", user.name, token=token, cluster=context,
+                                context=context)
+        if cluster.ca is None:  # verified with the system's roots, as the Secret's kubeconfig is
+            del config["clusters"][0]["cluster"]["certificate-authority-data"]
+        return config
+
     async def handle(self, request: web.Request) -> web.Response:
         target = wire.negotiate(request.headers.get("Accept"), allow_as=False)
         namespace, name = request.match_info["namespace"], request.match_info["name"]
@@ -124,15 +152,16 @@ class KubeconfigIssuer:
         phase = vc.status.phase
         if vc.meta.deletion_timestamp:
             raise self._not_ready(name, "Deleting")
-        if not self.rest.keeps_credentials:
+        imported = import_ref(obj) is not None
+        if not imported and not self.rest.keeps_credentials:
             raise self._not_ready(name, phase, "no control-plane runtime is configured")
-        asleep = await self._hibernated(obj)
+        asleep = None if imported else await self._hibernated(obj)
         if asleep is not None:
             raise asleep
         if not _ready(vc):
             raise self._not_ready(name, phase)
-        tenant = await self.rest.tenant_pki(obj)
-        if tenant is None:
+        tenant = None if imported else await self.rest.tenant_pki(obj)
+        if not imported and tenant is None:
             raise self._not_ready(name, phase, "its credentials are being prepared")
         user: UserInfo = request["user"]
         not_after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
@@ -140,12 +169,15 @@ class KubeconfigIssuer:
                                 {k: list(v) for k, v in user.extra.items()}, rfc3339(not_after))
         created = await self.credentials.create(namespace, record, WriteOptions(field_manager=FIELD_MANAGER))
         credential_id = created.obj["metadata"]["name"]
-        credential = await asyncio.to_thread(tenant.mint_client, user.name,
-                                             (TENANT_ADMINS, credential_group(credential_id)), not_after)
         cluster = f"{namespace}-{name}"
-        config = pki.kubeconfig(vc.status.endpoint, tenant.files["ca.crt"], user.name,
-                                credential.cert_pem, credential.key_pem, cluster=cluster,
-                                context=f"{cluster}")
+        if tenant is None:
+            config = await self._imported_kubeconfig(obj, credential_id, user, seconds, cluster)
+        else:
+            credential = await asyncio.to_thread(tenant.mint_client, user.name,
+                                                 (TENANT_ADMINS, credential_group(credential_id)), not_after)
+            config = pki.kubeconfig(vc.status.endpoint, tenant.files["ca.crt"], user.name,
+                                    credential.cert_pem, credential.key_pem, cluster=cluster,
+                                    context=f"{cluster}")
         self.issued(namespace, name)
         await self.events.record(obj, "Normal", "KubeconfigIssued",
                                  f"kubeconfig issued to {user.name}, valid until {rfc3339(not_after)}: "

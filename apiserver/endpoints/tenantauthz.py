@@ -30,11 +30,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from apiserver.apis.resource import VIRTUALCLUSTERS
-from apiserver.auth.authn import Attributes, Authorizer, UserInfo
+from apiserver.auth.authn import Authorizer
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import parse_rfc3339, rfc3339
+from apiserver.registry.credential.access import access_lost
 from apiserver.registry.rest import WriteOptions
 from apiserver.registry.store import Registry
 from apiserver.registry.virtualcluster.kubeconfig import KubeconfigREST
@@ -130,28 +130,10 @@ class TenantAuthorization:
             return deny(f"the credential {credential} was not issued for this cluster")
         if obj["metadata"].get("deletionTimestamp"):
             return deny(f"the credential {credential} was revoked")
-        if reason := await self._host_refuses(namespace, name, cred):
+        if reason := await access_lost(self.authorizer, namespace, name, cred):
             return deny(reason)
         self._record_use(namespace, obj)
         return no_opinion()
-
-    async def _host_refuses(self, namespace: str, name: str, cred: Obj) -> str:
-        """Why the credential's host user has lost access to the cluster ("" while they have it, or when
-        the host cannot say)."""
-        user = UserInfo(str(cred.get("user", "")), tuple(cred.get("groups") or ()), str(cred.get("uid") or ""),
-                        {k: tuple(v) for k, v in (cred.get("extra") or {}).items()})
-        attrs = Attributes(verb="get", path="", resource_request=True, namespace=namespace,
-                           group=VIRTUALCLUSTERS.group, version=VIRTUALCLUSTERS.version,
-                           resource=VIRTUALCLUSTERS.resource, subresource="kubeconfig", name=name)
-        try:
-            allowed, _ = await self.authorizer.authorize(user, attrs)
-        except errors.ApiError as e:
-            log.warning("cannot check the host access of %s to %s/%s: %s", user.name, namespace, name, e.message)
-            return ""
-        if allowed:
-            return ""
-        return (f"{user.name} may no longer get virtualclusters/kubeconfig of {namespace}/{name} on the host: the "
-                f"credentials issued to them are refused")
 
     def _record_use(self, namespace: str, obj: Obj) -> None:
         """Write ``status.lastUsedTime`` at most every LAST_USED_EVERY seconds, off the answer's path."""

@@ -31,7 +31,7 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 import yaml
@@ -44,7 +44,7 @@ from apiserver.machinery.timefmt import parse_rfc3339
 
 __all__ = [
     "Auth", "ClusterAccess", "Credentials", "ExecPlugin", "KubeconfigError", "TokenFile",
-    "access_from_pem", "in_cluster", "load_kubeconfig", "running_in_cluster",
+    "access_from_pem", "access_of", "in_cluster", "load_kubeconfig", "parse_kubeconfig", "running_in_cluster",
 ]
 
 log = logging.getLogger(__name__)
@@ -420,6 +420,25 @@ def load_kubeconfig(path: str | Path, context: str | None = None) -> ClusterAcce
         config = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise KubeconfigError(f"{where}: {e}") from None
+    return access_of(config, where, path.parent, context)
+
+
+def parse_kubeconfig(data: bytes, where: str) -> tuple[ClusterAccess, bytes | None]:
+    """The current context of a kubeconfig held in memory (a Secret's), and its cluster's CA (None: the
+    system's). Files it names are not read: what it needs must be inline."""
+    try:
+        config = yaml.safe_load(data)
+    except yaml.YAMLError as e:
+        raise KubeconfigError(f"{where}: {e}") from None
+    access = access_of(config, where, Path("/nonexistent"))
+    ctx = _named(config, "contexts", "context", config["current-context"]) or {}
+    cluster = _named(config, "clusters", "cluster", ctx.get("cluster") or "") or {}
+    return access, _pem(cluster, "certificate-authority", Path("/nonexistent"), where)
+
+
+def access_of(config: Any, where: str, base: Path, context: str | None = None) -> ClusterAccess:
+    """The cluster and credential of ``context`` (default: the current one) in a parsed kubeconfig; relative
+    file names are read from ``base``."""
     if not isinstance(config, dict):
         raise KubeconfigError(f"{where}: not a kubeconfig")
     name = context or config.get("current-context")
@@ -443,9 +462,9 @@ def load_kubeconfig(path: str | Path, context: str | None = None) -> ClusterAcce
         if found is None:
             raise KubeconfigError(f"{where}: user {user_name!r} of context {name!r} not found")
         user = found
-    tls = TlsFactory(_pem(cluster, "certificate-authority", path.parent, cluster_owner),
+    tls = TlsFactory(_pem(cluster, "certificate-authority", base, cluster_owner),
                      bool(cluster.get("insecure-skip-tls-verify")))
-    sslctx, credentials = _credentials(f"{where}: user {user_name!r}", user, cluster, tls, path.parent)
+    sslctx, credentials = _credentials(f"{where}: user {user_name!r}", user, cluster, tls, base)
     return ClusterAccess(str(cluster["server"]).rstrip("/"), sslctx, credentials=credentials,
                          tls_server_name=str(cluster.get("tls-server-name") or ""))
 

@@ -125,7 +125,7 @@ class Server:
 # -- the application -------------------------------------------------------------------
 
 def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualClusterStorage, credentials: Registry,
-              credentials_cache: WatchCache, events: EventRecorder,
+              credentials_cache: WatchCache, host: KubeClient | None, events: EventRecorder,
               metrics: Metrics, authenticator: Authenticator, authorizer: Authorizer, limits: LimitsConfig,
               kubeconfig: KubeconfigConfig, version: dict[str, str], lifecycle: Lifecycle,
               tenant_metrics: TenantMetrics) -> web.Application:
@@ -152,10 +152,10 @@ def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualCl
 
     readiness_checks: dict[str, Check] = {"etcd": etcd_check, "watch-cache": cache_check}
     issuer = KubeconfigIssuer(virtualclusters.kubeconfig, credentials, events, kubeconfig.max_expiration,
-                              kubeconfig.wake_estimate, issued=tenant_metrics.issued)
+                              kubeconfig.wake_estimate, issued=tenant_metrics.issued, host=host)
     own_credentials = OwnCredentials(credentials, virtualclusters.registry)
     webhook = TenantAuthorization(virtualclusters.kubeconfig, credentials, authorizer)
-    sweeper = CredentialSweeper(credentials, virtualclusters.registry)
+    sweeper = CredentialSweeper(credentials, virtualclusters.registry, host=host, authorizer=authorizer)
 
     async def version_handler(request: web.Request) -> web.Response:
         return wire.render(version)
@@ -195,7 +195,7 @@ def build_app(*, etcd: EtcdClient, cache: WatchCache, virtualclusters: VirtualCl
     ]
     # Credentials are issued by the kubeconfig subresource and revoked by deleting them: read and delete
     # only, every other verb is the method kube refuses for a resource without it.
-    creds = ResourceHandlers(credentials, on_deleted=revocation_events(virtualclusters.registry, events))
+    creds = ResourceHandlers(credentials, on_deleted=revocation_events(virtualclusters.registry, events, host))
     cred_collection = GV_PATH + "/namespaces/{namespace}/" + VIRTUALCLUSTERCREDENTIALS.resource
     cr = f"resource:{VIRTUALCLUSTERCREDENTIALS.resource}"
     routes += [

@@ -104,7 +104,7 @@ def new_server(config: CompletedConfig) -> Server:
     metrics.registry.register(tenant_metrics)
     app = build_app(
         etcd=etcd, cache=cache, virtualclusters=virtualclusters, credentials=credentials,
-        credentials_cache=credentials_cache, events=events, metrics=metrics,
+        credentials_cache=credentials_cache, host=host, events=events, metrics=metrics,
         authenticator=authenticator, authorizer=authorizer, limits=config.limits, kubeconfig=config.kubeconfig,
         version=version_info(), lifecycle=lifecycle, tenant_metrics=tenant_metrics)
     compactor = Compactor(etcd, config.etcd.compaction_interval)

@@ -20,6 +20,7 @@ from apiserver.apis.resource import CONTROL_PLANE_READY, FINALIZER, NODES_READY
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
+from apiserver.kubeclient.imported import ImportError_, import_ref, imported_cluster
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj, merge_patch
 from apiserver.machinery.timefmt import now_rfc3339
@@ -68,8 +69,9 @@ def service_ip(cidr: str = SERVICE_CIDR) -> str:
 class ControlPlaneController:
     def __init__(self, registry: Registry, runtime: ControlPlaneRuntime | None, secrets: SecretStore | None,
                  events: EventRecorder, nodes: NodePromoter | None = None,
-                 slices: SharedSlices | None = None) -> None:
+                 slices: SharedSlices | None = None, host: KubeClient | None = None) -> None:
         self.registry = registry
+        self.host = host  # where imported clusters' Secrets are read
         self.slices = slices
         self.nodes = nodes
         self.runtime = runtime
@@ -89,6 +91,8 @@ class ControlPlaneController:
         vc = VirtualCluster(obj)
         if vc.meta.deletion_timestamp:
             await self._delete(vc)
+        elif import_ref(vc.raw) is not None:
+            await self._finish(vc, await self._check_import(vc))
         elif self.runtime is None or self.secrets is None:
             await self._finish(vc, status.no_runtime(vc.raw, now_rfc3339()))
         elif not vc.status.phase:  # accepted: Pending is a pass of its own
@@ -213,6 +217,51 @@ class ControlPlaneController:
                 seen = Stopping(failure=e)
         await self._finish(vc, status.hibernated(vc.raw, why, seen, now_rfc3339()))
 
+    # -- imported clusters -----------------------------------------------------------
+
+    async def _check_import(self, vc: VirtualCluster) -> Outcome:
+        """Nothing is built: the cluster is reached with its Secret's kubeconfig, and what it answers is
+        its status (its version and nodes)."""
+        now = now_rfc3339()
+        if self.host is None:
+            return status.import_failed(vc.raw, "importing a cluster needs a host cluster (its Secret is read "
+                                                "there)", now)
+        try:
+            cluster = await imported_cluster(self.host, vc.raw)
+        except ImportError_ as e:
+            return status.import_failed(vc.raw, str(e), now)
+        try:
+            version = await cluster.client.get("/version")
+            listed = await cluster.client.get("/api/v1/nodes")
+        except (HostError, HostUnavailable) as e:
+            return status.import_failed(vc.raw, f"the imported cluster at {cluster.server} did not answer: {e}", now)
+        finally:
+            await cluster.close()
+        nodes = [(n["metadata"]["name"], any(c.get("type") == "Ready" and c.get("status") == "True"
+                                             for c in (n.get("status") or {}).get("conditions") or []))
+                 for n in listed.get("items") or []]
+        return status.imported(vc.raw, cluster.server, str(version.get("gitVersion", "")), sorted(nodes), now)
+
+    async def _forget_import(self, vc: VirtualCluster) -> None:
+        """Remove what was made in an imported cluster for this VirtualCluster (the credentials' accounts),
+        and nothing else there. A cluster that cannot be reached any more keeps them: an Event says so, and
+        the deletion goes on (their tokens expire with the credentials)."""
+        if self.host is None:
+            return
+        try:
+            cluster = await imported_cluster(self.host, vc.raw)
+        except ImportError_ as e:
+            await self.events.record(vc.raw, "Warning", "ImportCleanupSkipped", f"could not remove the issued "
+                                     f"credentials' accounts from the imported cluster: {e}")
+            return
+        try:
+            await cluster.forget()
+        except (HostError, HostUnavailable) as e:
+            await self.events.record(vc.raw, "Warning", "ImportCleanupSkipped", f"could not remove the issued "
+                                     f"credentials' accounts from the imported cluster at {cluster.server}: {e}")
+        finally:
+            await cluster.close()
+
     # -- delete ----------------------------------------------------------------------
 
     async def _delete(self, vc: VirtualCluster) -> None:
@@ -225,6 +274,8 @@ class ControlPlaneController:
         if vc.status.phase != "Deleting":  # the phase says so before the teardown
             await self._finish(vc, status.deleting(vc.raw, now_rfc3339()))
             return
+        if import_ref(vc.raw) is not None:
+            await self._forget_import(vc)
         unreachable = await self._return_compute(vc)
         if unreachable:
             await self._finish(vc, status.unreachable(vc.raw, NODES_READY, unreachable, now_rfc3339()))

@@ -283,3 +283,33 @@ def _nodes(obj: Obj, status: NextStatus, report: NodeReport, endpoint: str) -> N
         status.phase("Updating", reason, f"{counts}: {problems}")
     else:
         status.phase("Initialized", reason, f"{counts}: {problems}")
+
+
+# -- imported clusters ---------------------------------------------------------------------
+
+IMPORT_CHECK = 30.0  # seconds between checks of an imported cluster
+IMPORT_FAILED = "ImportFailed"
+
+
+def imported(obj: Obj, server: str, version: str, nodes: list[tuple[str, bool]], now: str) -> Outcome:
+    """An imported cluster that answered: Completed and Ready, with its version and nodes."""
+    status = NextStatus(obj, now)
+    ready = sum(1 for _, ok in nodes if ok)
+    message = f"imported cluster {version} at {server}; {ready}/{len(nodes)} nodes ready"
+    status.set(controlPlaneEndpoint=server, kubernetesVersion=version,
+               nodes=[{"name": name, "phase": "Ready" if ok else "NotReady"} for name, ok in nodes])
+    status.condition(CONTROL_PLANE_READY, True, "Imported", f"the imported cluster answers at {server}")
+    status.condition(NODES_READY, ready == len(nodes), "NodesReady" if ready == len(nodes) else "NodesNotReady",
+                     f"{ready}/{len(nodes)} nodes ready")
+    status.condition(READY, True, "Ready", message)
+    status.phase("Completed", "Imported", message)
+    return Outcome(status.result(), ("Normal", "Imported", message), requeue_after=IMPORT_CHECK)
+
+
+def import_failed(obj: Obj, message: str, now: str) -> Outcome:
+    """The imported cluster cannot be reached as its Secret says: not Ready, checked again."""
+    status = NextStatus(obj, now)
+    status.condition(CONTROL_PLANE_READY, False, IMPORT_FAILED, message)
+    status.condition(READY, False, IMPORT_FAILED, message)
+    status.phase(VirtualCluster(obj).status.phase or "Pending", IMPORT_FAILED, message)
+    return Outcome(status.result(), ("Warning", IMPORT_FAILED, message), requeue_after=RUNTIME_RETRY)

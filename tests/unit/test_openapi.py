@@ -117,7 +117,7 @@ def test_the_object_references_object_meta_spec_and_status(version: str) -> None
 
 def test_the_spec_definition_is_generated_from_the_marshmallow_schema() -> None:
     spec = definitions(DOCS["v3"])["io.kosmos.v1alpha1.VirtualClusterSpec"]
-    declared = VirtualClusterSpecSchema().fields
+    declared = {fld.data_key or attr: fld for attr, fld in VirtualClusterSpecSchema().fields.items()}
     assert set(spec["properties"]) == set(declared)
     for name, fld in declared.items():
         assert spec["properties"][name]["description"] == fld.metadata["description"]

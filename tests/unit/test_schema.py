@@ -504,9 +504,9 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
         VirtualClusterStatusSchema,
     )
 
-    assert set(VirtualClusterSpecSchema().fields) == {
+    assert {f.data_key or a for a, f in VirtualClusterSpecSchema().fields.items()} == {
         "externalIP", "externalIps", "promotePolicies", "promoteResources", "kubeInKubeConfig", "kubeconfig",
-        "credentials", "hibernation", "backup", "restoreFrom"}
+        "credentials", "import", "hibernation", "backup", "restoreFrom"}
     assert set(RestoreFromSchema().fields) == {"virtualCluster", "snapshot"}
     assert set(HibernationSchema().fields) == {"hibernated", "afterInactivity", "wakeOnAccess"}
     assert set(BackupSchema().fields) == {"schedule", "keep"}
@@ -517,7 +517,7 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
     assert set(PromoteResourcesSchema().fields) == {"nodes", "nodeInfos", "resources", "resourcesMode"}
     assert set(VirtualClusterStatusSchema().fields) == {
         "phase", "reason", "message", "updateTime", "observedGeneration", "conditions", "controlPlaneEndpoint",
-        "port", "nodes", "sharedResources", "backups"}
+        "port", "kubernetesVersion", "nodes", "sharedResources", "backups"}
     assert set(NodeStatusSchema().fields) == {"name", "phase", "shared"}
     assert set(SharedResourcesSchema().fields) == {"namespace", "capacity", "used"}
 

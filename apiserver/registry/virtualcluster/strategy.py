@@ -15,7 +15,7 @@ from apiserver.machinery.jsonutil import Obj, json_copy
 from apiserver.machinery.timefmt import age
 from apiserver.registry.rest import Column
 
-IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps", "restoreFrom")
+IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps", "restoreFrom", "import")
 
 
 def _status_nodes(obj: Obj) -> list[Obj]:
@@ -133,13 +133,14 @@ class VirtualClusterStrategy:
         return causes
 
     def validate(self, obj: Obj) -> list[Cause]:
-        return schema.validate_spec(obj.get("spec")) + schema.validate_status(obj.get("status"))
+        return (schema.validate_spec(obj.get("spec")) + schema.import_conflicts(obj.get("spec")) +
+                schema.validate_status(obj.get("status")))
 
     def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
         # Ratcheting, as kube does for CRDs: what an update leaves as it was is not judged again.
         causes = []
         if new.get("spec") != old.get("spec"):
-            causes += schema.validate_spec(new.get("spec"))
+            causes += schema.validate_spec(new.get("spec")) + schema.import_conflicts(new.get("spec"))
         if new.get("status") != old.get("status"):
             causes += schema.validate_status(new.get("status"))
         new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
