@@ -285,8 +285,8 @@ class VirtualClusterSpecSchema(KubeSchema):
                            "Explicit host nodes to promote into the virtual cluster, and an amount of resources: a "
                            "slice of the shared host by default, or whole promoted nodes (resourcesMode).")
     kubeInKubeConfig = Obj(KubeInKubeConfigSchema, "Control-plane shape for the pods runtime.")
-    kubeconfig = Str("Reserved for importing an existing cluster; never written by the server (credentials are "
-                     "served by the kubeconfig subresource).")
+    kubeconfig = Str("Reserved; never written by the server (credentials are served by the kubeconfig "
+                     "subresource; an existing cluster is imported with spec.import).")
     credentials = Obj(CredentialPolicySchema, "Limits on the credentials issued for this cluster (each one a "
                       "VirtualClusterCredential, revoked by deleting it).")
     import_ = Obj(ImportSchema, "Serve an existing cluster instead of building a control plane. Set on create "
