@@ -44,13 +44,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(check, timeout: float, what: str, interval: float = 0.1) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
+def wait_until(check, timeout: float, what: str, interval: float = 0.1) -> float:  # type: ignore[no-untyped-def]
+    """Seconds until ``check()`` is true; TimeoutError after ``timeout``."""
+    started = time.monotonic()
+    deadline = started + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
             if check():
-                return
+                return time.monotonic() - started
         except Exception as e:  # the check's failure is the reason we keep waiting
             last = e
         time.sleep(interval)

@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from apiserver.apis.resource import ResourceInfo
-from apiserver.machinery.errors import Cause
+from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
 from apiserver.machinery.fieldpath import Type
-from apiserver.machinery.jsonutil import Obj
+from apiserver.machinery.golang import go_bad_value
+from apiserver.machinery.jsonutil import Obj, json_copy
 from apiserver.storage.interface import ListOptions
 
 if TYPE_CHECKING:
     from apiserver.auth.authn import UserInfo
 
 __all__ = ["Column", "DeleteOptions", "ListOptions", "Obj", "Result", "Strategy", "UpdatedObject",
-           "WriteOptions"]
+           "WriteOptions", "keep_status", "status_update", "validate_type_meta"]
 
 UpdatedObject = Callable[[Obj], Awaitable[Obj]]
 """An update as a function of the current object (a patch is one; a PUT is the constant function)."""
@@ -112,3 +113,36 @@ class Strategy(Protocol):
 
     def cells(self, obj: Obj) -> list[Any]:
         """One Table row."""
+
+
+# -- what every strategy here does the same way ---------------------------------------------
+
+def validate_type_meta(info: ResourceInfo, obj: Obj) -> list[Cause]:
+    """The CRD validator's ``ValidateTypeMeta``: this kind in this group-version, or nothing else is judged."""
+    causes = []
+    if obj.get("kind") != info.kind:
+        causes.append(Cause(FIELD_VALUE_INVALID, f"Invalid value: {go_bad_value(obj.get('kind'))}: must be "
+                                                 f"{info.kind}", "kind"))
+    if obj.get("apiVersion") != info.group_version:
+        causes.append(Cause(FIELD_VALUE_INVALID, f"Invalid value: {go_bad_value(obj.get('apiVersion'))}: must be "
+                                                 f"{info.group_version}", "apiVersion"))
+    return causes
+
+
+def keep_status(new: Obj, old: Obj) -> None:
+    """A write of the main resource leaves the status as it was."""
+    if "status" in old:
+        new["status"] = json_copy(old["status"])
+    else:
+        new.pop("status", None)
+
+
+def status_update(new: Obj, old: Obj) -> Obj:
+    """What a write of the status subresource stores: ``old`` with only ``new``'s status."""
+    out = json_copy(old)
+    out["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion")
+    if new.get("status") is None:
+        out.pop("status", None)
+    else:
+        out["status"] = new["status"]
+    return out

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from hack.harness import wait_until
 from hack.stack import Stack
 from tests.conftest import Kubectl, process_stack, vc
 from tests.support import report
@@ -48,21 +49,11 @@ def admin(stack: Stack) -> Kubectl:
           "--resource=virtualclusters/kubeconfig", "--resource=virtualclusters/credentials", "-n", NS)
     k.run("create", "rolebinding", "carol-fetch", "--role=fetch-kubeconfig", "--user=carol", "-n", NS)
     for user, verb, what in (("alice", "create", "virtualclusters"), ("carol", "get", "virtualclusters/kubeconfig")):
-        wait_for(lambda u=user, v=verb, w=what: k.run("auth", "can-i", v, w, "-n", NS, "--as", u,
+        wait_until(lambda u=user, v=verb, w=what: k.run("auth", "can-i", v, w, "-n", NS, "--as", u,
                                                      check=False).stdout.strip() == "yes", 30, "RBAC")
     k.run("create", "-f", "-", "--as", "alice", "-n", NS, input=json.dumps(vc("dev", NS)))
     k.run("wait", "vc/dev", "-n", NS, "--for=condition=Ready", "--timeout=120s", timeout=150)
     return k
-
-
-def wait_for(check: object, timeout: float, what: str) -> float:
-    """Seconds until ``check()`` is true, polled every 0.2 s; fails after ``timeout``."""
-    started = time.monotonic()
-    while not check():  # type: ignore[operator]
-        if time.monotonic() - started > timeout:
-            pytest.fail(f"{what}: not within {timeout:g}s")
-        time.sleep(0.2)
-    return time.monotonic() - started
 
 
 def issue(admin: Kubectl, user: str, tmp_path: Path) -> tuple[Kubectl, str]:
@@ -118,7 +109,7 @@ def test_deleting_a_credential_refuses_it_within_seconds_and_no_other(admin: Kub
     kept, _ = issue(admin, "alice", tmp_path)
     assert works(revoked) and works(kept)
     admin.run("delete", "virtualclustercredential", revoked_id, "-n", NS, "--as", "alice")
-    delay = wait_for(lambda: refused(revoked), REVOCATION_BOUND, "the revoked credential refused")
+    delay = wait_until(lambda: refused(revoked), REVOCATION_BOUND, "the revoked credential refused")
     report.say(f"credentials: revocation_delay_s = {round(delay, 2)}")
     message = revoked.run("get", "--raw", "/api/v1/namespaces/default", check=False).stderr  # the server's reason
     assert f"the credential {revoked_id} was revoked" in message
@@ -129,13 +120,13 @@ def test_deleting_a_credential_refuses_it_within_seconds_and_no_other(admin: Kub
 
 def test_losing_the_host_permission_refuses_the_users_credentials(admin: Kubectl, tmp_path: Path) -> None:
     admin.run("create", "rolebinding", "dave-fetch", "--role=fetch-kubeconfig", "--user=dave", "-n", NS)
-    wait_for(lambda: admin.run("auth", "can-i", "get", "virtualclusters/kubeconfig", "-n", NS, "--as", "dave",
+    wait_until(lambda: admin.run("auth", "can-i", "get", "virtualclusters/kubeconfig", "-n", NS, "--as", "dave",
                                check=False).stdout.strip() == "yes", 30, "dave's RBAC")
     dave, _ = issue(admin, "dave", tmp_path)
     alice, _ = issue(admin, "alice", tmp_path)
     assert works(dave)
     admin.run("delete", "rolebinding", "dave-fetch", "-n", NS)
-    delay = wait_for(lambda: refused(dave), HOST_ACCESS_BOUND, "dave's credential refused after losing access")
+    delay = wait_until(lambda: refused(dave), HOST_ACCESS_BOUND, "dave's credential refused after losing access")
     report.say(f"credentials: host_access_loss_delay_s = {round(delay, 2)}")
     assert "may no longer get virtualclusters/kubeconfig" in dave.run("get", "--raw", "/api/v1/namespaces/default",
                                                                           check=False).stderr
@@ -160,12 +151,12 @@ def test_issued_credentials_keep_working_while_vc_apiserver_is_down(
     finally:
         stack.api.start(wait=False)
         stack.api.wait_ready(60.0)
-        wait_for(lambda: admin.run("get", "vc", "dev", "-n", NS, check=False).returncode == 0, 60,
+        wait_until(lambda: admin.run("get", "vc", "dev", "-n", NS, check=False).returncode == 0, 60,
                  "the host's aggregator reaching vc-apiserver again")
     # back up, revocation works again
     revoked, revoked_id = issue(admin, "alice", tmp_path)
     admin.run("delete", "virtualclustercredential", revoked_id, "-n", NS)
-    wait_for(lambda: refused(revoked), REVOCATION_BOUND, "revocation after the outage")
+    wait_until(lambda: refused(revoked), REVOCATION_BOUND, "revocation after the outage")
     assert works(tenant)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hack.harness import HostCluster, create_fake_nodes, free_port
+from hack.harness import HostCluster, create_fake_nodes, free_port, wait_until
 from hack.stack import Stack
 from tests.conftest import Kubectl, process_stack, vc
 from tests.support.report import say
@@ -66,15 +66,6 @@ def fetch(host: Kubectl, user: str, tmp_path: Path) -> Kubectl:
     return Kubectl(path)
 
 
-def wait_for(check: object, timeout: float, what: str) -> float:
-    started = time.monotonic()
-    while not check():  # type: ignore[operator]
-        if time.monotonic() - started > timeout:
-            pytest.fail(f"{what}: not within {timeout:g}s")
-        time.sleep(0.2)
-    return time.monotonic() - started
-
-
 def refused(cluster: Kubectl) -> bool:
     result = cluster.run("get", "--raw", "/api/v1/namespaces/default", check=False)
     return result.returncode != 0 and "Unauthorized" in result.stderr
@@ -116,7 +107,7 @@ def test_a_credential_for_an_imported_cluster_is_its_own_service_account_revoked
     assert "deployment.apps/payments" in revoked.run("get", "deploy", "-n", "default", "-o", "name").stdout
     host.run("delete", "vccred", credential, "-n", NS, "--as", "alice")
     # its ServiceAccount is deleted at once; kube-apiserver trusts a token it verified for up to 10 s more
-    delay = wait_for(lambda: refused(revoked), 15, "the revoked credential refused by the imported cluster")
+    delay = wait_until(lambda: refused(revoked), 15, "the revoked credential refused by the imported cluster")
     say(f"imported: a revoked credential refused {delay:.1f}s after its delete")
     assert kept.run("get", "ns", "default", "-o", "name").returncode == 0
     assert other.kubectl("get", "sa", credential, "-n", "kosmos-access", check=False).returncode != 0
@@ -127,7 +118,7 @@ def test_losing_the_host_permission_revokes_imported_credentials_within_a_minute
     dave = fetch(host, "dave", tmp_path)
     assert dave.run("get", "ns", "default", "-o", "name").returncode == 0
     host.run("delete", "rolebinding", "dave-fetch", "-n", NS)
-    delay = wait_for(lambda: refused(dave), 60, "dave's credential refused after losing host access")
+    delay = wait_until(lambda: refused(dave), 60, "dave's credential refused after losing host access")
     say(f"imported: a credential refused {delay:.1f}s after its holder lost host access")
 
 

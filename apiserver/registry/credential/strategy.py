@@ -10,10 +10,9 @@ from apiserver.apis import credential
 from apiserver.apis.resource import VIRTUALCLUSTERCREDENTIALS
 from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
 from apiserver.machinery.fieldpath import type_of
-from apiserver.machinery.golang import go_bad_value
-from apiserver.machinery.jsonutil import Obj, json_copy
+from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import age
-from apiserver.registry.rest import Column
+from apiserver.registry.rest import Column, keep_status, status_update, validate_type_meta
 
 __all__ = ["CredentialStrategy"]
 
@@ -36,20 +35,11 @@ class CredentialStrategy:
         obj["metadata"]["generation"] = 1
 
     def prepare_for_update(self, new: Obj, old: Obj) -> None:
-        if "status" in old:
-            new["status"] = json_copy(old["status"])
-        else:
-            new.pop("status", None)
+        keep_status(new, old)
         new["metadata"]["generation"] = old["metadata"].get("generation", 1)
 
     def prepare_for_status_update(self, new: Obj, old: Obj) -> Obj:
-        out = json_copy(old)
-        out["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion")
-        if new.get("status") is None:
-            out.pop("status", None)
-        else:
-            out["status"] = new["status"]
-        return out
+        return status_update(new, old)
 
     def warnings_on_create(self, obj: Obj) -> list[str]:
         return []
@@ -58,14 +48,7 @@ class CredentialStrategy:
         return []
 
     def validate_type(self, obj: Obj) -> list[Cause]:
-        causes = []
-        if obj.get("kind") != self.info.kind:
-            causes.append(Cause(FIELD_VALUE_INVALID, f"Invalid value: {go_bad_value(obj.get('kind'))}: must be "
-                                                     f"{self.info.kind}", "kind"))
-        if obj.get("apiVersion") != self.info.group_version:
-            causes.append(Cause(FIELD_VALUE_INVALID, f"Invalid value: {go_bad_value(obj.get('apiVersion'))}: must be "
-                                                     f"{self.info.group_version}", "apiVersion"))
-        return causes
+        return validate_type_meta(self.info, obj)
 
     def validate(self, obj: Obj) -> list[Cause]:
         return credential.validate_spec(obj.get("spec")) + credential.validate_status(obj.get("status"))

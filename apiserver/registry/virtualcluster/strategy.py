@@ -11,9 +11,9 @@ from apiserver.apis.sharedslice import shared_slice
 from apiserver.machinery.errors import FIELD_VALUE_INVALID, Cause
 from apiserver.machinery.fieldpath import type_of
 from apiserver.machinery.golang import go_bad_value, go_quote
-from apiserver.machinery.jsonutil import Obj, json_copy
+from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import age
-from apiserver.registry.rest import Column
+from apiserver.registry.rest import Column, keep_status, status_update, validate_type_meta
 
 IMMUTABLE_SPEC_FIELDS = ("externalIP", "externalIps", "restoreFrom", "import")
 
@@ -95,10 +95,7 @@ class VirtualClusterStrategy:
         meta["finalizers"] = finalizers
 
     def prepare_for_update(self, new: Obj, old: Obj) -> None:
-        if "status" in old:
-            new["status"] = json_copy(old["status"])
-        else:
-            new.pop("status", None)
+        keep_status(new, old)
         new.setdefault("spec", {})
         generation = int(old["metadata"].get("generation", 1))
         if new.get("spec") != old.get("spec"):
@@ -106,13 +103,7 @@ class VirtualClusterStrategy:
         new["metadata"]["generation"] = generation
 
     def prepare_for_status_update(self, new: Obj, old: Obj) -> Obj:
-        out = json_copy(old)
-        out["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion")
-        if new.get("status") is None:
-            out.pop("status", None)
-        else:
-            out["status"] = new["status"]
-        return out
+        return status_update(new, old)
 
     def warnings_on_create(self, obj: Obj) -> list[str]:
         return _finalizer_warnings(obj, None)
@@ -121,16 +112,7 @@ class VirtualClusterStrategy:
         return _finalizer_warnings(new, old)
 
     def validate_type(self, obj: Obj) -> list[Cause]:
-        """The CRD validator's ``ValidateTypeMeta``: this kind in this group-version, or nothing else
-        is judged."""
-        causes = []
-        if obj.get("kind") != self.info.kind:
-            causes.append(Cause(FIELD_VALUE_INVALID, f"Invalid value: {go_bad_value(obj.get('kind'))}: must be "
-                                                     f"{self.info.kind}", "kind"))
-        if obj.get("apiVersion") != self.info.group_version:
-            causes.append(Cause(FIELD_VALUE_INVALID, f"Invalid value: {go_bad_value(obj.get('apiVersion'))}: must be "
-                                                     f"{self.info.group_version}", "apiVersion"))
-        return causes
+        return validate_type_meta(self.info, obj)
 
     def validate(self, obj: Obj) -> list[Cause]:
         return (schema.validate_spec(obj.get("spec")) + schema.import_conflicts(obj.get("spec")) +
