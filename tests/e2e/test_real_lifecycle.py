@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -291,3 +293,24 @@ def test_a_real_tenant_idle_by_its_apiservers_audit_log_hibernates_and_a_kubecon
     report.say(f"pods runtime on a real node: inactivity read from the audit log: hibernated {asleep_after:.1f}s "
                f"after the last user request (afterInactivity {IDLE}s); kubeconfig fetch -> Ready {woken_in:.1f}s")
 
+
+TURNOVER = 20  # tenants created and deleted one after another: more than the lab's disk was ever cut into
+
+
+@pytest.mark.timeout(900)  # twenty real tenants, one after another: about 18 s each
+def test_the_lab_holds_tenant_after_tenant_because_each_deleted_one_gives_its_volume_back(
+        real_lab: RealNodeLab, life: Lifecycle) -> None:
+    volumes = real_lab.nodes()[0].root / "volumes"
+
+    def held() -> tuple[set[str], set[str]]:
+        return {pv["metadata"]["name"] for pv in life.host.json("get", "pv")["items"]}, set(os.listdir(volumes))
+    before = held()
+    took = []
+    for i in range(TURNOVER):
+        name = f"turn-{i}"
+        life.host.run("create", "-f", "-", input=json.dumps(vc(name, life.namespace)))
+        took.append(life.wait_ready(name))
+        life.host.run("delete", "vc", name, "-n", life.namespace, "--timeout=120s", timeout=150)
+    wait_until(lambda: held() == before, 90, "every volume of the deleted tenants given back", interval=1)
+    report.say(f"pods runtime on a real node: {TURNOVER} tenants created and deleted one after another, "
+               f"create -> Ready p50 {statistics.median(took):.1f}s (max {max(took):.1f}s); no volume left")
