@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,12 @@ def checkout(process_host: Stack, tmp_path_factory: pytest.TempPathFactory) -> P
     root = tmp_path_factory.mktemp("docs")
     (root / ".local").mkdir()
     (root / ".local" / "kubeconfig").symlink_to(process_host.kubeconfig)
-    (root / ".local" / "bin").symlink_to(REPO / ".local" / "bin")
+    bin_dir = root / ".local" / "bin"  # as `make up` leaves it: the binaries, and the kubectl plugin beside them
+    bin_dir.mkdir()
+    for tool in (REPO / ".local" / "bin").iterdir():
+        (bin_dir / tool.name).symlink_to(tool)
+    if not (bin_dir / "kubectl-vc").exists():
+        (bin_dir / "kubectl-vc").symlink_to(Path(sys.executable).parent / "kubectl-vc")
     (root / "examples").symlink_to(REPO / "examples")
     return root
 
