@@ -20,7 +20,7 @@ from apiserver.auth.authn import UserInfo
 from apiserver.endpoints import negotiation
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
-from apiserver.kubeclient.imported import ImportError_, import_ref, imported_cluster
+from apiserver.kubeclient.imported import ImportError_, import_ref, reach
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.selectors import parse_label_selector
@@ -76,13 +76,7 @@ class OwnCredentials:
 
 async def _revoke_imported(host: KubeClient, cluster: Obj, credential: str) -> None:
     try:
-        imported = await imported_cluster(host, cluster)
+        async with reach(host, cluster) as imported:
+            await imported.revoke(credential)
     except (ImportError_, HostError, HostUnavailable) as e:
         log.warning("cannot revoke credential %s in the imported cluster now (the sweep retries): %s", credential, e)
-        return
-    try:
-        await imported.revoke(credential)
-    except (HostError, HostUnavailable) as e:
-        log.warning("cannot revoke credential %s in the imported cluster now (the sweep retries): %s", credential, e)
-    finally:
-        await imported.close()

@@ -31,7 +31,7 @@ from apiserver.auth.authn import UserInfo
 from apiserver.endpoints import negotiation as wire
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
-from apiserver.kubeclient.imported import ImportError_, import_ref, imported_cluster
+from apiserver.kubeclient.imported import ImportError_, import_ref, reach
 from apiserver.machinery import errors
 from apiserver.machinery.timefmt import now_rfc3339, rfc3339
 from apiserver.registry.rest import DeleteOptions, WriteOptions
@@ -126,11 +126,8 @@ class KubeconfigIssuer:
         try:
             if self.host is None:
                 raise ImportError_("importing a cluster needs a host cluster")
-            cluster = await imported_cluster(self.host, obj)
-            try:
+            async with reach(self.host, obj) as cluster:
                 token = await cluster.issue(credential_id, seconds)
-            finally:
-                await cluster.close()
         except (ImportError_, HostError, HostUnavailable) as e:
             with contextlib.suppress(errors.ApiError):
                 await self.credentials.delete(namespace, credential_id, DeleteOptions(), WriteOptions())

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from apiserver.kubeclient.client import HostError, KubeClient
 from apiserver.kubeclient.kubeconfig import KubeconfigError, parse_kubeconfig
 
-__all__ = ["ACCESS_NAMESPACE", "ImportError_", "ImportedCluster", "import_ref", "imported_cluster"]
+__all__ = ["ACCESS_NAMESPACE", "ImportError_", "ImportedCluster", "import_ref", "reach"]
 
 ACCESS_NAMESPACE = "kosmos-access"
 ROLE = "cluster-admin"
@@ -104,9 +106,19 @@ class ImportedCluster:
         await self.client.close()
 
 
-async def imported_cluster(host: KubeClient, obj: dict[str, Any]) -> ImportedCluster:
-    """The cluster ``obj`` imports, reached with its Secret's kubeconfig; ImportError_ when the Secret is
-    missing or holds no usable kubeconfig (the host not answering raises as the host client does)."""
+@contextlib.asynccontextmanager
+async def reach(host: KubeClient, obj: dict[str, Any]) -> AsyncIterator[ImportedCluster]:
+    """The cluster ``obj`` imports, for the ``async with`` block, its client closed after it; ImportError_
+    when the Secret is missing or holds no usable kubeconfig (the host not answering raises as the host
+    client does)."""
+    cluster = await _open(host, obj)
+    try:
+        yield cluster
+    finally:
+        await cluster.close()
+
+
+async def _open(host: KubeClient, obj: dict[str, Any]) -> ImportedCluster:
     ref = import_ref(obj)
     if ref is None:
         raise ValueError("not an imported VirtualCluster")

@@ -20,7 +20,7 @@ from apiserver.apis.resource import CONTROL_PLANE_READY, FINALIZER, NODES_READY
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
-from apiserver.kubeclient.imported import ImportError_, import_ref, imported_cluster
+from apiserver.kubeclient.imported import ImportError_, import_ref, reach
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj, merge_patch
 from apiserver.machinery.timefmt import now_rfc3339
@@ -227,16 +227,13 @@ class ControlPlaneController:
             return status.import_failed(vc.raw, "importing a cluster needs a host cluster (its Secret is read "
                                                 "there)", now)
         try:
-            cluster = await imported_cluster(self.host, vc.raw)
+            async with reach(self.host, vc.raw) as cluster:
+                version = await cluster.client.get("/version")
+                listed = await cluster.client.get("/api/v1/nodes")
         except ImportError_ as e:
             return status.import_failed(vc.raw, str(e), now)
-        try:
-            version = await cluster.client.get("/version")
-            listed = await cluster.client.get("/api/v1/nodes")
         except (HostError, HostUnavailable) as e:
-            return status.import_failed(vc.raw, f"the imported cluster at {cluster.server} did not answer: {e}", now)
-        finally:
-            await cluster.close()
+            return status.import_failed(vc.raw, f"the imported cluster did not answer: {e}", now)
         nodes = [(n["metadata"]["name"], any(c.get("type") == "Ready" and c.get("status") == "True"
                                              for c in (n.get("status") or {}).get("conditions") or []))
                  for n in listed.get("items") or []]
@@ -249,18 +246,11 @@ class ControlPlaneController:
         if self.host is None:
             return
         try:
-            cluster = await imported_cluster(self.host, vc.raw)
-        except ImportError_ as e:
+            async with reach(self.host, vc.raw) as cluster:
+                await cluster.forget()
+        except (ImportError_, HostError, HostUnavailable) as e:
             await self.events.record(vc.raw, "Warning", "ImportCleanupSkipped", f"could not remove the issued "
                                      f"credentials' accounts from the imported cluster: {e}")
-            return
-        try:
-            await cluster.forget()
-        except (HostError, HostUnavailable) as e:
-            await self.events.record(vc.raw, "Warning", "ImportCleanupSkipped", f"could not remove the issued "
-                                     f"credentials' accounts from the imported cluster at {cluster.server}: {e}")
-        finally:
-            await cluster.close()
 
     # -- delete ----------------------------------------------------------------------
 

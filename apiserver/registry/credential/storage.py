@@ -17,7 +17,7 @@ import logging
 from apiserver.apis.credential import CLUSTER_LABEL
 from apiserver.auth.authn import Authorizer
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
-from apiserver.kubeclient.imported import ImportError_, import_ref, imported_cluster
+from apiserver.kubeclient.imported import ImportError_, import_ref, reach
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj
 from apiserver.machinery.timefmt import parse_rfc3339
@@ -99,17 +99,11 @@ class CredentialSweeper:
         if self.host is None:
             return gone
         try:
-            cluster = await imported_cluster(self.host, obj)
+            async with reach(self.host, obj) as cluster:
+                for account in await cluster.credentials() - live:
+                    await cluster.revoke(account)
         except (ImportError_, HostError, HostUnavailable) as e:
             log.warning("cannot sweep the credentials of imported cluster %s/%s: %s", namespace, name, e)
-            return gone
-        try:
-            for account in await cluster.credentials() - live:
-                await cluster.revoke(account)
-        except (HostError, HostUnavailable) as e:
-            log.warning("cannot sweep the credentials of imported cluster %s/%s: %s", namespace, name, e)
-        finally:
-            await cluster.close()
         return gone
 
     async def _run(self) -> None:
