@@ -80,7 +80,8 @@ def wire_reconciler(server: Server, config: ReconcilerConfig) -> None:
     attach(server.app, registry=server.registry, cache=server.cache, etcd=server.etcd, host=server.host,
            events=server.events, secrets=server.secrets, runtime=runtime,
            lease_duration=config.lease_duration, identity=config.identity, workers=config.workers,
-           joiner=config.new_joiner(server.host, server.secrets), slices=config.slices)
+           joiner=config.new_joiner(server.host, server.secrets), slices=config.slices,
+           credentials=server.credentials, rotation_overlap=config.runtime.rotation_overlap)
 
 
 async def serve(completed: CompletedConfig, reconciler: ReconcilerConfig | None) -> None:

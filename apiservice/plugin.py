@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,6 +31,8 @@ GROUP = "kosmos.io"
 VERSION = "v1alpha1"
 WAKE_ANNOTATION = "kosmos.io/wake-requested"
 SNAPSHOT_ANNOTATION = "kosmos.io/snapshot-requested"
+# what `kubectl vc rotate` names → the status's name of it (annotations kosmos.io/<name>-rotation-<step>)
+ROTATIONS = {"client-ca": "clientCA", "service-account-key": "serviceAccountKey"}
 CREDENTIAL_SECONDS = 900  # what `connect`'s exec plugin asks for: short-lived, renewed by kubectl when it expires
 EXEC_API = "client.authentication.k8s.io/v1"
 
@@ -133,6 +136,38 @@ def snapshot(k: Kubectl, name: str) -> None:
                           f"before asking for a snapshot")
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     k.run("annotate", "virtualcluster", name, f"{SNAPSHOT_ANNOTATION}={now}", "--overwrite")
+
+
+def rotate(k: Kubectl, name: str, what: str, step: str, wait: float | None) -> str:
+    """Ask for the next step of a rotation (the annotation the server acts on), and with ``wait`` seconds,
+    wait until it is in force; returns the phase it is in."""
+    kind = ROTATIONS[what]
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    before = _rotation(k.json("get", "virtualcluster", name), kind)
+    if step == "complete" and before.get("phase") != "Prepared":
+        raise PluginError(f'virtualcluster "{name}": its {what} rotation is {before.get("phase") or "not started"}; '
+                          f"only a Prepared one can be completed")
+    if step == "start" and before.get("phase") in ("Preparing", "Prepared", "Completing"):
+        raise PluginError(f'virtualcluster "{name}": a {what} rotation is already {before["phase"]}')
+    k.run("annotate", "virtualcluster", name, f"kosmos.io/{what}-rotation-{step}={now}", "--overwrite")
+    goal = "Prepared" if step == "start" else "Completed"
+    if wait is None:
+        return before.get("phase") or "requested"
+    deadline = time.monotonic() + wait
+    while True:
+        phase = _rotation(k.json("get", "virtualcluster", name), kind).get("phase", "")
+        if phase == goal and (step == "complete" or phase != before.get("phase")):
+            return phase
+        if time.monotonic() > deadline:
+            raise PluginError(f'virtualcluster "{name}": the {what} rotation is {phase or "not started"} after '
+                              f"{wait:.0f}s, not yet {goal}")
+        time.sleep(1)
+
+
+def _rotation(vc: dict[str, Any], kind: str) -> dict[str, Any]:
+    status = vc.get("status") or {}
+    rotation: dict[str, Any] = ((status.get("credentials") or {}).get("rotation") or {}).get(kind) or {}
+    return rotation
 
 
 def _table(rows: list[tuple[str, ...]], empty: str) -> None:
@@ -269,6 +304,17 @@ def _parser() -> argparse.ArgumentParser:
                                          "yours for VirtualCluster NAME. kubectl vc credentials revoke ID: revoke "
                                          "one; the tenant refuses it within seconds.")
     creds.add_argument("words", nargs="*", metavar="NAME | revoke ID")
+    rot = verbs.add_parser("rotate", parents=[common], help="rotate its client CA or service-account key, in two "
+                                                          "steps: start, then complete",
+                           description="start: a new CA or key is made and trusted beside the old; once Prepared "
+                                       "both work and the new one signs. complete: the old one stops working "
+                                       "(a service-account key after the server's overlap, which lets kubelets "
+                                       "refresh their pods' tokens).")
+    rot.add_argument("name")
+    rot.add_argument("what", choices=sorted(ROTATIONS))
+    rot.add_argument("step", choices=("start", "complete"))
+    rot.add_argument("--wait", action="store_true", help="wait until it is Prepared (start) or Completed (complete)")
+    rot.add_argument("--timeout", type=float, default=300, help="seconds --wait waits (default 300)")
     cred = verbs.add_parser("credential", parents=[common],
                             help="an ExecCredential for kubectl's exec plugin (what connect writes)")
     cred.add_argument("name")
@@ -306,6 +352,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 raise PluginError("usage: kubectl vc credentials [NAME | revoke ID]")
             else:
                 credentials(k, words[0] if words else None)
+        elif args.verb == "rotate":
+            phase = rotate(k, args.name, args.what, args.step, args.timeout if args.wait else None)
+            print(f"virtualcluster {args.name}: {args.what} rotation {args.step} " +
+                  (f"done: {phase}" if args.wait else
+                   f"requested (kubectl get vc {args.name} -o jsonpath='{{.status.credentials.rotation}}' follows it)"))
         elif args.verb == "credential":
             print(json.dumps(exec_credential(k, args.name, args.expiration_seconds)))
     except PluginError as e:

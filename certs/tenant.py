@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from cryptography import x509
 
-from . import pki
+from . import pki, rotation
 
 TENANT_ADMINS = "kosmos:tenant-admins"
 # The group that names the issued credential a client certificate is (``kosmos:credential:<name>``): the
@@ -80,7 +80,7 @@ class TenantPki:
     def needs_renewal(self, now: dt.datetime | None = None) -> bool:
         """A certificate nears expiry, or one this version issues is missing (a PKI made by an earlier one)."""
         now = now or dt.datetime.now(dt.UTC)
-        if any(f"{stem}.crt" not in self.files for stem in _LEAVES):
+        if any(f"{stem}.crt" not in self.files for stem in (*_LEAVES, "client-ca")):
             return True
         return any(pki.load_cert(pem).not_valid_after_utc - now < RENEW_BEFORE
                    for name, pem in self.files.items() if name.endswith(".crt"))
@@ -92,16 +92,29 @@ class TenantPki:
         return hmac.new(self.files["ca.key"], b"kosmos.io/tenant-authorization", hashlib.sha256).hexdigest()
 
     def mint_client(self, user: str, groups: Iterable[str], not_after: dt.datetime) -> pki.KeyPair:
-        """A client certificate signed by the cluster CA (for kubeconfigs handed to users)."""
+        """A client certificate signed by the cluster CA (what the server hands its own agents)."""
         return pki.new_leaf(self.pair("ca"), user, organizations=tuple(groups), not_after=not_after)
+
+    def mint_user(self, user: str, groups: Iterable[str], not_after: dt.datetime) -> pki.KeyPair:
+        """A client certificate signed by the client CA: a credential issued to a user, which a rotation of
+        the client CA replaces (:mod:`certs.rotation`)."""
+        return pki.new_leaf(self.pair("client-ca"), user, organizations=tuple(groups), not_after=not_after)
+
+
+# what a renewal keeps as it was: the rotation's state and the CAs and keys a rotation has in flight
+_KEPT = (rotation.STATE_FILE, "client-ca-next.crt", "client-ca-next.key", "client-ca-previous.crt",
+         "client-ca-previous.key", "sa-next.key", "sa-previous.key")
 
 
 def generate(sans: list[str], previous: TenantPki | None = None) -> TenantPki:
-    """A full PKI; with ``previous``, its CAs and service-account key are kept (renewal)."""
+    """A full PKI; with ``previous``, its CAs and service-account keys are kept (renewal), and so is where
+    a rotation of either stands."""
     files: dict[str, bytes] = {}
     cas: dict[str, pki.KeyPair] = {}
-    for stem, cn in (("ca", "kubernetes"), ("front-proxy-ca", "front-proxy-ca"), ("etcd-ca", "etcd-ca")):
-        pair = previous.pair(stem) if previous else pki.new_ca(cn)
+    for stem, cn in (("ca", "kubernetes"), ("front-proxy-ca", "front-proxy-ca"), ("etcd-ca", "etcd-ca"),
+                     ("client-ca", rotation.CLIENT_CA_CN)):
+        kept = previous is not None and f"{stem}.crt" in previous.files
+        pair = previous.pair(stem) if kept else pki.new_ca(cn)
         cas[stem] = pair
         files[f"{stem}.crt"], files[f"{stem}.key"] = pair.cert_pem, pair.key_pem
 
@@ -116,9 +129,6 @@ def generate(sans: list[str], previous: TenantPki | None = None) -> TenantPki:
     leaf("etcd-peer", "etcd-ca", "etcd-peer", (), (pki.SERVER_AUTH, pki.CLIENT_AUTH), ["127.0.0.1", "localhost"])
     for stem, (ca, cn, orgs, usages) in _LEAVES.items():
         leaf(stem, ca, cn, orgs, usages)
-    if previous and "sa.key" in previous.files:
-        files["sa.key"], files["sa.pub"] = previous.files["sa.key"], previous.files["sa.pub"]
-    else:
-        sa = pki.new_key()
-        files["sa.key"], files["sa.pub"] = pki.key_pem(sa), pki.public_key_pem(sa)
-    return TenantPki(files)
+    files["sa.key"] = previous.files["sa.key"] if previous and "sa.key" in previous.files else pki.key_pem(pki.new_key())
+    files.update({k: v for k, v in (previous.files if previous else {}).items() if k in _KEPT})
+    return TenantPki(rotation.with_bundles(files))

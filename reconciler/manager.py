@@ -20,6 +20,7 @@ from apiserver.registry.store import Registry
 from apiserver.storage.cacher import WatchCache
 from apiserver.storage.secrets import SecretStore
 from reconciler.controlplane.controller import Backoff, ControlPlaneController, Requeue
+from reconciler.controlplane.rotation import DEFAULT_OVERLAP, Rotations
 from reconciler.loop.informer import Informer, split_key
 from reconciler.loop.leader import LeaderElector
 from reconciler.loop.workqueue import WorkQueue
@@ -45,7 +46,8 @@ class Manager:
     def __init__(self, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
                  events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
                  identity: str, lease_duration: int, workers: int = 4, resync_period: float = 60.0,
-                 joiner: NodeJoiner | None = None, slices: SliceConfig | None = None) -> None:
+                 joiner: NodeJoiner | None = None, slices: SliceConfig | None = None,
+                 credentials: Registry | None = None, rotation_overlap: float = DEFAULT_OVERLAP) -> None:
         self.registry = registry
         self.cache = cache
         self.workers = workers
@@ -59,7 +61,7 @@ class Manager:
         slices = slices or SliceConfig()
         self.slices = SharedSlices(host, events, slices.overcommit, slices.placement) if host is not None else None
         self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes,
-                                                 self.slices, host)
+                                                 self.slices, host, credentials, Rotations(rotation_overlap))
         self.quota = QuotaRecount(host, registry) if host is not None else None
         self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
@@ -176,12 +178,13 @@ class Manager:
 def attach(app: web.Application, *, registry: Registry, cache: WatchCache, etcd: EtcdClient, host: KubeClient | None,
            events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
            lease_duration: int = 15, identity: str = "", workers: int = 4,
-           joiner: NodeJoiner | None = None, slices: SliceConfig | None = None) -> Manager:
+           joiner: NodeJoiner | None = None, slices: SliceConfig | None = None,
+           credentials: Registry | None = None, rotation_overlap: float = DEFAULT_OVERLAP) -> Manager:
     """A manager that starts with the application and stops first when it shuts down."""
     manager = Manager(registry=registry, cache=cache, etcd=etcd, host=host, events=events, secrets=secrets,
                       runtime=runtime, identity=identity or f"{socket.gethostname()}:{os.getpid()}",
                       lease_duration=lease_duration, workers=workers, joiner=joiner,
-                      slices=slices)
+                      slices=slices, credentials=credentials, rotation_overlap=rotation_overlap)
 
     async def on_startup(_: web.Application) -> None:
         await manager.start()

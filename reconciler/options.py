@@ -73,6 +73,7 @@ class RuntimeConfig:
     gogc: int | None
     authorization_url: str = ""  # where tenant apiservers reach this server; "": its loopback (process runtime)
     authorization_ca_file: str = ""  # what verifies it there; "": the serving certificate
+    rotation_overlap: float = 3600.0  # seconds a rotated-out service-account key still verifies
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class RuntimeOptions:
     tenant_port_range: str
     tenant_authorization_url: str
     tenant_authorization_ca_file: str
+    service_account_key_rotation_overlap: int
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
@@ -121,8 +123,14 @@ class RuntimeOptions:
         p.add_argument("--tenant-authorization-ca-file", default="",
                        help="PEM that verifies this server's certificate at --tenant-authorization-url (default: "
                             "--tls-cert-file itself)")
+        p.add_argument("--service-account-key-rotation-overlap", type=int, default=3600,
+                       help="seconds a tenant's old service-account key still verifies after the new one signs, "
+                            "before a rotation asked to complete drops it: kubelets refresh the tokens they hold at "
+                            "80%% of their hour, so by then no pod presents one of the old key")
 
     def validate(self) -> list[str]:
+        if self.service_account_key_rotation_overlap < 0:
+            return ["--service-account-key-rotation-overlap must be 0 or more seconds"]
         return []
 
     def to_config(self) -> RuntimeConfig:
@@ -130,7 +138,8 @@ class RuntimeOptions:
                              bin_dir=self.runtime_bin_dir, port_range=self.tenant_port_range,
                              tuning=self.tenant_tuning, gogc=self.tenant_gogc,
                              authorization_url=self.tenant_authorization_url,
-                             authorization_ca_file=self.tenant_authorization_ca_file)
+                             authorization_ca_file=self.tenant_authorization_ca_file,
+                             rotation_overlap=float(self.service_account_key_rotation_overlap))
 
     def wake_estimate(self) -> int:
         """Seconds a hibernated control plane of this runtime usually takes to be ready again (what the

@@ -353,6 +353,36 @@ class BackupStatusSchema(KubeSchema):
                     "is a well-formed etcd database.")
 
 
+class RotationStatusSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterCredentialRotation"
+    DESCRIPTION = ("Where the last rotation of one kind of credential stands (asked for with the annotations "
+                   "kosmos.io/<kind>-rotation-start and -complete).")
+
+    phase = Str("Preparing (the new one is being made trusted everywhere), Prepared (both work; the new one "
+                "signs), Completing (the old one is being dropped) or Completed.",
+                validate=OneOf(("Preparing", "Prepared", "Completing", "Completed")))
+    lastInitiationTime = Time("When the rotation started.")
+    lastInitiationFinishedTime = Time("When it was prepared: the new CA or key signs, both work.")
+    lastCompletionTime = Time("When it completed: only the new CA or key works.")
+
+
+class CredentialsRotationSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterCredentialsRotation"
+    DESCRIPTION = "The rotations of the tenant's credentials, each kind on its own."
+
+    clientCA = Obj(RotationStatusSchema, "The client CA: the CA of the credentials the kubeconfig subresource "
+                   "issues.")
+    serviceAccountKey = Obj(RotationStatusSchema, "The key that signs and verifies the tenant's service-account "
+                            "tokens.")
+
+
+class CredentialsStatusSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterCredentialsStatus"
+    DESCRIPTION = "The tenant's credentials as a whole."
+
+    rotation = Obj(CredentialsRotationSchema, "Rotations of the client CA and the service-account key.")
+
+
 class VirtualClusterStatusSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterStatus"
     DESCRIPTION = "The observed state of a VirtualCluster, written by the reconciler through /status."
@@ -379,6 +409,8 @@ class VirtualClusterStatusSchema(KubeSchema):
                           "there is one: its host namespace, its capacity and its use.")
     backups = Array(Obj(BackupStatusSchema), "The snapshots kept (spec.backup), oldest first.",
                     validate=Unique(lambda b: b.get("name"), "name"))
+    credentials = Obj(CredentialsStatusSchema, "Rotations of the tenant's client CA and service-account key, once "
+                      "one was asked for.")
 
 
 class OwnerReferenceSchema(KubeSchema):

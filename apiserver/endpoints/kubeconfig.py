@@ -170,7 +170,7 @@ class KubeconfigIssuer:
         if tenant is None:
             config = await self._imported_kubeconfig(obj, credential_id, user, seconds, cluster)
         else:
-            credential = await asyncio.to_thread(tenant.mint_client, user.name,
+            credential = await asyncio.to_thread(tenant.mint_user, user.name,
                                                  (TENANT_ADMINS, credential_group(credential_id)), not_after)
             config = pki.kubeconfig(vc.status.endpoint, tenant.files["ca.crt"], user.name,
                                     credential.cert_pem, credential.key_pem, cluster=cluster,

@@ -81,6 +81,7 @@ class Server:
     etcd: EtcdClient
     cache: WatchCache
     registry: Registry
+    credentials: Registry  # the issued credentials, which a client CA rotation's end deletes
     secrets: SecretStore | None
     host: KubeClient | None
     events: EventRecorder

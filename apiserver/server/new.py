@@ -114,7 +114,8 @@ def new_server(config: CompletedConfig) -> Server:
     for made in clients.values():
         app.on_cleanup.append(lambda _app, c=made: c.close())
     return Server(config=config, serving_context=serving, app=app, lifecycle=lifecycle, authentication=source,
-                  etcd=etcd, cache=cache, registry=virtualclusters.registry, secrets=secrets, host=host,
+                  etcd=etcd, cache=cache, registry=virtualclusters.registry, credentials=credentials, secrets=secrets,
+                  host=host,
                   events=events, tenant_metrics=tenant_metrics)
 
 def _authentication(config: CompletedConfig, client: KubeClient | None,

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from apiserver.apis import hibernation as sleep
+from apiserver.apis.credential import CLUSTER_LABEL
 from apiserver.apis.resource import CONTROL_PLANE_READY, FINALIZER, NODES_READY
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
@@ -23,8 +24,9 @@ from apiserver.kubeclient.events import EventRecorder
 from apiserver.kubeclient.imported import ImportError_, import_ref, reach
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj, merge_patch
-from apiserver.machinery.timefmt import now_rfc3339
-from apiserver.registry.rest import WriteOptions
+from apiserver.machinery.selectors import parse_label_selector
+from apiserver.machinery.timefmt import now_rfc3339, time_of
+from apiserver.registry.rest import DeleteOptions, ListOptions, WriteOptions
 from apiserver.registry.store import Registry
 from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
@@ -32,6 +34,7 @@ from certs.tenant import TenantPki
 from reconciler.controlplane import backups, status
 from reconciler.controlplane.addons import AddonInstaller
 from reconciler.controlplane.inactivity import Hibernation, InactivityClock
+from reconciler.controlplane.rotation import Rotating, Rotations
 from reconciler.controlplane.status import Observed, Outcome, Stopping
 from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
@@ -69,8 +72,11 @@ def service_ip(cidr: str = SERVICE_CIDR) -> str:
 class ControlPlaneController:
     def __init__(self, registry: Registry, runtime: ControlPlaneRuntime | None, secrets: SecretStore | None,
                  events: EventRecorder, nodes: NodePromoter | None = None,
-                 slices: SharedSlices | None = None, host: KubeClient | None = None) -> None:
+                 slices: SharedSlices | None = None, host: KubeClient | None = None,
+                 credentials: Registry | None = None, rotations: Rotations | None = None) -> None:
         self.registry = registry
+        self.credentials = credentials  # the issued credentials (a client CA rotation's end deletes the dead)
+        self.rotations = rotations or Rotations()
         self.host = host  # where imported clusters' Secrets are read
         self.slices = slices
         self.nodes = nodes
@@ -138,6 +144,7 @@ class ControlPlaneController:
             tenant = await runtime.clients.get(vc.meta.namespace, vc.meta.name, pki, state.endpoint)
             if not was_ready:
                 await bootstrap_tenant(tenant)
+            rotating = await self._rotate(vc, runtime, secrets, pki, state.endpoint)
         except RuntimeFailure as e:
             return Observed(failure=e)
         wants_nodes, slice_ = vc.spec.requests_nodes, vc.spec.slice
@@ -150,7 +157,7 @@ class ControlPlaneController:
             shared = await self._slice(vc, slice_, pki, tenant, state.endpoint)
         except (HostUnavailable, HostError) as e:
             _raise_unless_unreachable(e)
-            return Observed(state=state, unreachable=str(e))
+            return Observed(state=state, unreachable=str(e), rotation=rotating)
         if shared is not None:
             report = report or NodeReport()
             if not shared.room:
@@ -160,8 +167,39 @@ class ControlPlaneController:
                 if not shared.ready:
                     report.waiting.append(f"shared slice: {shared.reason}: {shared.message}")
         if not wants_nodes and slice_ is None:
-            return Observed(state=state)
-        return Observed(state=state, nodes=report, shared=shared.status() if shared is not None and shared.room else None)
+            return Observed(state=state, rotation=rotating)
+        return Observed(state=state, nodes=report, shared=shared.status() if shared is not None and shared.room else None,
+                        rotation=rotating)
+
+    async def _rotate(self, vc: VirtualCluster, runtime: ControlPlaneRuntime, secrets: SecretStore, pki: TenantPki,
+                      endpoint: str) -> Rotating | None:
+        """The next step of the rotations the VirtualCluster asks for (:mod:`.rotation`), stored with the PKI
+        before anything acts on it; where each stands, for the status."""
+        if not self.rotations.asked(vc, pki):
+            return None
+        step = await self.rotations.advance(vc, pki, endpoint, await runtime.rolled_out(vc.raw, pki))
+        if step is not None:
+            meta = vc.meta
+            await secrets.put(PKI_KIND, meta.namespace, meta.name, {**step.files, "uid": meta.uid.encode()})
+            pki = TenantPki(step.files)
+            await self.events.record(vc.raw, "Normal", step.reason, step.message)
+            if step.finished_client_ca:
+                await self._delete_credentials_before(vc, step.finished_client_ca)
+        return self.rotations.progress(pki)
+
+    async def _delete_credentials_before(self, vc: VirtualCluster, moment: str) -> None:
+        """The client CA that signed credentials issued before ``moment`` is no longer trusted: their objects
+        go too, so that what is listed is what works."""
+        if self.credentials is None:
+            return
+        cutoff = time_of(moment)
+        mine = ListOptions(label_selector=parse_label_selector(f"{CLUSTER_LABEL}={vc.meta.name}"))
+        for entry in (await self.credentials.list(vc.meta.namespace, mine)).entries:
+            created = time_of(entry.obj["metadata"].get("creationTimestamp"))
+            if cutoff is not None and created is not None and created < cutoff:
+                with contextlib.suppress(errors.ApiError):
+                    await self.credentials.delete(entry.namespace, entry.name, DeleteOptions(),
+                                                  WriteOptions(field_manager=FIELD_MANAGER))
 
     async def _slice(self, vc: VirtualCluster, slice_: dict[str, str] | None, pki: TenantPki, tenant: KubeClient,
                      endpoint: str) -> SliceReport | None:

@@ -24,6 +24,7 @@ from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.machinery.jsonutil import Obj
 from reconciler.backup.etcd import RESTORE_FAILED
 from reconciler.controlplane.inactivity import Hibernation
+from reconciler.controlplane.rotation import Rotating
 from reconciler.nodes.promoter import NodeReport
 from reconciler.runtime.base import ControlPlaneState, RuntimeFailure
 
@@ -99,6 +100,7 @@ class Observed:
     unreachable: str = ""
     backups: Backups | None = None
     shared: Obj | None = None  # status.sharedResources while the spec asks for a shared slice
+    rotation: Rotating | None = None  # status.credentials, for a tenant that ever rotated one
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,8 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
     status.condition(CONTROL_PLANE_READY, True, state.reason, state.message)
     if seen.backups is not None:
         status.set(backups=seen.backups.kept)
+    if seen.rotation is not None:
+        status.set(credentials=seen.rotation.status)
     if seen.unreachable:
         return _unreachable(obj, status, NODES_READY, seen.unreachable)
     if seen.shared is not None:
@@ -258,6 +262,8 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
     after = HEALTH_CHECK if result.get("phase") == "Completed" else NODE_POLL
     if seen.backups is not None and seen.backups.next_in is not None:
         after = max(min(after, seen.backups.next_in), 0.0)  # the next snapshot on time
+    if seen.rotation is not None and seen.rotation.next_in is not None:
+        after = max(min(after, seen.rotation.next_in), 0.0)  # a rotation's next step without delay
     return Outcome(result, event, requeue_after=after)
 
 

@@ -69,6 +69,10 @@ class ControlPlaneRuntime(Protocol):
         """Create, adopt or repair the control plane; idempotent; never waits for readiness. A
         hibernated control plane is woken by it: started again from the data it kept."""
 
+    async def rolled_out(self, vc: Obj, pki: TenantPki) -> bool:
+        """Whether every component runs from ``pki`` as it is now, none from what it was before (a rotated
+        key is only read at start): the next step of a rotation waits for this."""
+
     async def hibernate(self, vc: Obj) -> bool:
         """Stop every component of the control plane, keeping its data and whatever ``ensure`` needs to
         start it again as it was (same endpoint, same objects); idempotent. True once nothing of it runs."""

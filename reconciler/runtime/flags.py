@@ -12,12 +12,18 @@ from __future__ import annotations
 from reconciler.runtime import audit
 from reconciler.runtime.tuning import TenantTuning
 
-__all__ = ["SERVICE_CIDR", "apiserver_flags", "controller_manager_flags", "kubelet_client_flags", "scheduler_flags"]
+__all__ = ["ENDPOINT_DRAIN", "SERVICE_CIDR", "apiserver_flags", "controller_manager_flags", "kubelet_client_flags", "scheduler_flags"]
 
 SERVICE_CIDR = "10.96.0.0/16"  # every tenant's Services; its first address is the kubernetes Service's
 # Controllers for what a tenant does not have: node IP ranges (nodes come with theirs), a cloud's nodes
 # and load balancers.
 CONTROLLERS = "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller"
+
+
+# A replacement apiserver pod (new certificates, a rotated service-account key) takes over without a refused
+# request: the old one keeps answering while it leaves its Service's endpoints, long enough for every
+# node's proxy to stop sending it new connections, then drains what it has.
+ENDPOINT_DRAIN = ["--shutdown-delay-duration=5s"]
 
 
 def kubelet_client_flags(pki_dir: str) -> list[str]:
@@ -30,16 +36,18 @@ def kubelet_client_flags(pki_dir: str) -> list[str]:
 
 
 def apiserver_flags(pki: str, *, bind: str, advertise: str, port: int, etcd_servers: str, audit_policy: str,
-                    audit_log: str, authorization_config: str, tuning: TenantTuning) -> list[str]:
+                    audit_log: str, authorization_config: str, tuning: TenantTuning,
+                    handover: list[str]) -> list[str]:
     """kube-apiserver's flags, its certificates and keys in directory ``pki``; ``audit_log`` a file or ``-``;
-    ``authorization_config`` the file :func:`reconciler.runtime.authz.authorization_config` wrote."""
+    ``authorization_config`` the file :func:`reconciler.runtime.authz.authorization_config` wrote;
+    ``handover`` how it leaves when it is replaced (:data:`ENDPOINT_DRAIN` behind a Service)."""
     return [
         f"--bind-address={bind}", f"--advertise-address={advertise}",
         f"--secure-port={port}", "--endpoint-reconciler-type=none",
         f"--etcd-servers={etcd_servers}", f"--etcd-cafile={pki}/etcd-ca.crt",
         f"--etcd-certfile={pki}/apiserver-etcd-client.crt", f"--etcd-keyfile={pki}/apiserver-etcd-client.key",
         f"--tls-cert-file={pki}/apiserver.crt", f"--tls-private-key-file={pki}/apiserver.key",
-        f"--client-ca-file={pki}/ca.crt", f"--authorization-config={authorization_config}",
+        f"--client-ca-file={pki}/client-ca-bundle.crt", f"--authorization-config={authorization_config}",
         f"--requestheader-client-ca-file={pki}/front-proxy-ca.crt",
         "--requestheader-allowed-names=front-proxy-client",
         "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
@@ -50,7 +58,7 @@ def apiserver_flags(pki: str, *, bind: str, advertise: str, port: int, etcd_serv
         f"--service-account-key-file={pki}/sa.pub", f"--service-account-signing-key-file={pki}/sa.key",
         f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
         *kubelet_client_flags(pki), "--enable-admission-plugins=NodeRestriction", "--v=1",
-        *tuning.apiserver_flags(), *audit.flags(audit_policy, audit_log)]
+        *handover, *tuning.apiserver_flags(), *audit.flags(audit_policy, audit_log)]
 
 
 def _client_component(kubeconfig: str, bind: str, port: int, leader_elect: bool, own: list[str]) -> list[str]:

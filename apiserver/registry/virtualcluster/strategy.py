@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apiserver.apis import schema
+from apiserver.apis import rotation, schema
 from apiserver.apis.conditions import find_condition
 from apiserver.apis.resource import FINALIZER, VIRTUALCLUSTERS
 from apiserver.apis.sharedslice import shared_slice
@@ -116,13 +116,15 @@ class VirtualClusterStrategy:
 
     def validate(self, obj: Obj) -> list[Cause]:
         return (schema.validate_spec(obj.get("spec")) + schema.import_conflicts(obj.get("spec")) +
-                schema.validate_status(obj.get("status")))
+                rotation.request_errors(obj) + schema.validate_status(obj.get("status")))
 
     def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
         # Ratcheting, as kube does for CRDs: what an update leaves as it was is not judged again.
         causes = []
         if new.get("spec") != old.get("spec"):
             causes += schema.validate_spec(new.get("spec")) + schema.import_conflicts(new.get("spec"))
+        if (new.get("metadata") or {}).get("annotations") != (old.get("metadata") or {}).get("annotations"):
+            causes += rotation.request_errors(new)
         if new.get("status") != old.get("status"):
             causes += schema.validate_status(new.get("status"))
         new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}

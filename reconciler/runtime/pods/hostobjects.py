@@ -21,7 +21,12 @@ from reconciler import versions
 from reconciler.runtime import audit
 from reconciler.runtime.authz import TenantAuthorizationWebhook, authorization_config
 from reconciler.runtime.base import BINARIES, FIELD_MANAGER, Obj, RuntimeFailure
-from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
+from reconciler.runtime.flags import (
+    ENDPOINT_DRAIN,
+    apiserver_flags,
+    controller_manager_flags,
+    scheduler_flags,
+)
 from reconciler.runtime.tuning import LEAN, TenantTuning
 
 __all__ = [
@@ -160,7 +165,7 @@ class HostObjects:
         return {
             "etcd": self.secret(plan, "etcd", etcd_certs),
             "apiserver": self.secret(plan, "apiserver", {**{k: f[k] for k in (
-                "ca.crt", "apiserver.crt", "apiserver.key", "apiserver-etcd-client.crt", "apiserver-etcd-client.key",
+                "ca.crt", "client-ca-bundle.crt", "apiserver.crt", "apiserver.key", "apiserver-etcd-client.crt", "apiserver-etcd-client.key",
                 "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key", "etcd-ca.crt", "front-proxy-ca.crt",
                 "front-proxy-client.crt", "front-proxy-client.key", "sa.pub", "sa.key")}, AUDIT_POLICY: audit.policy_file(),
                 **self._authorization_files(plan, pki)}),
@@ -300,7 +305,7 @@ class HostObjects:
             "command": ["kube-apiserver", *apiserver_flags(
                 p, bind="0.0.0.0", advertise="$(POD_IP)", port=port, etcd_servers=etcd,
                 audit_policy=f"{p}/{AUDIT_POLICY}", audit_log="-", authorization_config=f"{p}/{AUTHZ_CONFIG}",
-                tuning=self.tuning)],
+                tuning=self.tuning, handover=ENDPOINT_DRAIN)],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
             **_probes("/livez", "/readyz", port, "HTTPS"),

@@ -168,6 +168,9 @@ class PodsRuntime:
             return await self.ensure(vc, pki)  # the scheduler is wanted now: a full pass scales it up
         return state
 
+    async def rolled_out(self, vc: Obj, pki: TenantPki) -> bool:
+        return await supervisor.rolled_out(self.host, Plan.of(vc, self.endpoint_host(vc)))
+
     async def hibernate(self, vc: Obj) -> bool:
         """Scale every workload of the control plane to zero (Secrets, Services and the etcd volumes
         stay); True once none of its pods is left."""

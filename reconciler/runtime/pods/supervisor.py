@@ -17,12 +17,13 @@ from apiserver.kubeclient.client import HostError, HostUnavailable
 from certs.tenant import TenantPki
 from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure
 from reconciler.runtime.pods.host import Host
-from reconciler.runtime.pods.hostobjects import Plan, selector
+from reconciler.runtime.pods.hostobjects import PKI_HASH, Plan, selector
 from reconciler.runtime.pods.startorder import replicas
 from reconciler.runtime.pods.status import all_running, pod_problem, pods_summary
 from reconciler.tenantapi import TenantClients
 
-__all__ = ["OWNED_KINDS", "delete_and_wait", "remove_all", "scale_to_zero", "scheduler_scaled_up", "state",
+__all__ = ["OWNED_KINDS", "delete_and_wait", "remove_all", "rolled_out", "scale_to_zero", "scheduler_scaled_up",
+           "state",
            "wait_finished"]
 
 # everything a teardown waits to see gone, workloads first (so nothing is recreated)
@@ -46,6 +47,27 @@ async def state(host: Host, clients: TenantClients, plan: Plan, pki: TenantPki, 
     pods = await host.list("Pod", plan.namespace, plan.selector)
     reason, summary = pods_summary(pods)
     return ControlPlaneState(False, reason, f"{answer}; {summary}", endpoint, port, unanswered=all_running(pods))
+
+
+async def rolled_out(host: Host, plan: Plan) -> bool:
+    """Whether the apiserver and controller-manager run only pods of their Deployments' current templates
+    (after a Secret changed: a rotated key), none of the old ones still going."""
+    for component in ("apiserver", "controller-manager"):
+        deployment = await host.get("Deployment", plan.namespace, plan.object_name(component))
+        if deployment is None:
+            return False
+        spec, st = deployment.get("spec") or {}, deployment.get("status") or {}
+        want = spec.get("replicas", 1)
+        if st.get("observedGeneration", 0) < deployment["metadata"].get("generation", 0):
+            return False
+        if not st.get("updatedReplicas", 0) == st.get("replicas", 0) == st.get("availableReplicas", 0) == want:
+            return False
+        pki_hash = ((spec.get("template") or {}).get("metadata") or {}).get("annotations", {}).get(PKI_HASH)
+        for pod in await host.list("Pod", plan.namespace, selector(plan.name, component)):
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(PKI_HASH) != pki_hash:
+                return False
+    return True
 
 
 async def scheduler_scaled_up(host: Host, plan: Plan) -> bool:

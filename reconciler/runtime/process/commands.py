@@ -7,6 +7,7 @@ tenant's (:mod:`.supervisor`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -18,7 +19,19 @@ from reconciler.runtime.authz import TenantAuthorizationWebhook, authorization_c
 from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
 from reconciler.runtime.tuning import TenantTuning
 
-__all__ = ["commands", "write_files"]
+__all__ = ["READ_AT_START", "commands", "started_from", "write_files"]
+
+# The files a component reads only when it starts (the apiserver reloads its certificates and client CAs,
+# not its service-account keys): when they change (a rotation), it is restarted to read them again.
+READ_AT_START = {"kube-apiserver": ("sa.key", "sa.pub"), "kube-controller-manager": ("sa.key",)}
+
+
+def started_from(tenant: TenantPki, component: str) -> str:
+    """A digest of what ``component`` reads only at start, as ``tenant`` has it."""
+    h = hashlib.sha256()
+    for name in READ_AT_START[component]:
+        h.update(name.encode() + b"\0" + tenant.files[name] + b"\0")
+    return h.hexdigest()
 
 
 def write_files(base: Path, tenant: TenantPki, server: str, webhook: TenantAuthorizationWebhook | None = None,
@@ -62,7 +75,7 @@ def commands(bin_dir: Path, base: Path, ports: dict[str, int], bind: str, tuning
         "kube-apiserver": [str(b / "kube-apiserver"), *apiserver_flags(
             str(p), bind=bind, advertise=bind, port=ports["apiserver"], etcd_servers=etcd_url,
             audit_policy=str(base / "audit-policy.yaml"), audit_log=str(base / "logs" / "audit.log"),
-            authorization_config=str(base / "authorization-config.yaml"), tuning=tuning)],
+            authorization_config=str(base / "authorization-config.yaml"), tuning=tuning, handover=[])],
         "kube-controller-manager": [str(b / "kube-controller-manager"), *controller_manager_flags(
             str(p), str(base / "controller-manager.kubeconfig"), bind="127.0.0.1",
             port=ports["controller-manager"], leader_elect=False)],

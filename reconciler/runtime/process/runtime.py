@@ -35,7 +35,7 @@ from reconciler.runtime.authz import TenantAuthorizationWebhook
 from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure
 from reconciler.runtime.passmemo import PassMemo
 from reconciler.runtime.process.backups import Backups
-from reconciler.runtime.process.commands import commands, write_files
+from reconciler.runtime.process.commands import READ_AT_START, commands, started_from, write_files
 from reconciler.runtime.process.layout import Layout, listen_address
 from reconciler.runtime.process.supervisor import Supervisor, process_usage
 from reconciler.runtime.scheduling import Scheduling
@@ -116,6 +116,7 @@ class ProcessRuntime:
         ports = state["ports"]
         endpoint = f"https://{host}:{ports['apiserver']}"
         self._write_files_unless_written(namespace, name, pki, ports, host, endpoint)
+        await self._restart_stale(base, pki)
         command_lines = commands(self.bin_dir, base, ports, host, self.tuning)
         problems: list[str] = []
         # etcd and the apiserver first; the controller-manager and scheduler read RBAC-protected
@@ -249,6 +250,30 @@ class ProcessRuntime:
         if self._written.recall(tenant, inputs, self.rewrite_after) is None:
             write_files(self.dir(namespace, name), pki, server, self.webhook, namespace, name)
             self._written.remember(tenant, inputs, started, True)
+
+    async def rolled_out(self, vc: Obj, pki: TenantPki) -> bool:
+        base = self.dir(*_tenant(vc))
+        return not self._stale(base, pki)
+
+    def _stale(self, base: Path, pki: TenantPki) -> list[str]:
+        """Running components started from files that have changed since (their stamp says which)."""
+        stale = []
+        for component in READ_AT_START:
+            stamp = base / f"{component}.started-from"
+            with contextlib.suppress(FileNotFoundError):
+                if stamp.read_text() != started_from(pki, component) and self.alive(self.pid(base, component), base):
+                    stale.append(component)
+        return stale
+
+    async def _restart_stale(self, base: Path, pki: TenantPki) -> None:
+        """Restart what runs from files that changed, and stamp each component with the files it starts from
+        (one started by an earlier version, without a stamp, read what is there now)."""
+        for component in self._stale(base, pki):
+            await self.supervisor.restart(base, component)
+        for component in READ_AT_START:
+            stamp = base / f"{component}.started-from"
+            if not stamp.exists() or stamp.read_text() != started_from(pki, component):
+                stamp.write_text(started_from(pki, component))
 
     async def _scheduling(self, vc: Obj, base: Path, endpoint: str, pki: TenantPki) -> bool:
         """Whether the tenant's scheduler runs: it has a pid file here (started since the tenant last

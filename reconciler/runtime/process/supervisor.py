@@ -131,6 +131,12 @@ class Supervisor:
             pidfile.unlink(missing_ok=True)
         return not processes_under(base)
 
+    async def restart(self, base: Path, component: str) -> None:
+        """Stop one component so that the next :meth:`supervise` starts it afresh (not as a restart of a
+        crashed one): to read again what it reads only at start."""
+        await self._stop(base, {self.pid(base, component)})
+        (base / f"{component}.pid").unlink(missing_ok=True)
+
     async def kill(self, base: Path) -> None:
         """Kill every process of a tenant now: its data is removed right after, nothing to flush."""
         pids = {self.pid(base, pidfile.stem) for pidfile in base.glob("*.pid")}  # components and helpers (kwok)
