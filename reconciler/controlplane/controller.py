@@ -177,7 +177,8 @@ class ControlPlaneController:
         before anything acts on it; where each stands, for the status."""
         if not self.rotations.asked(vc, pki):
             return None
-        step = await self.rotations.advance(vc, pki, endpoint, await runtime.rolled_out(vc.raw, pki))
+        step = await self.rotations.advance(vc, pki, endpoint, await runtime.rolled_out(vc.raw, pki),
+                                            runtime.REPLACES_IN_PLACE)
         if step is not None:
             meta = vc.meta
             await secrets.put(PKI_KIND, meta.namespace, meta.name, {**step.files, "uid": meta.uid.encode()})

@@ -78,15 +78,18 @@ class Rotations:
             return 0.0
         return max((prepared - dt.datetime.now(dt.UTC)).total_seconds() + self.overlap, 0.0)
 
-    async def advance(self, vc: VirtualCluster, pki: TenantPki, endpoint: str, rolled_out: bool) -> Step | None:
+    async def advance(self, vc: VirtualCluster, pki: TenantPki, endpoint: str, rolled_out: bool,
+                      in_place: bool = False) -> Step | None:
+        """The next step of the first rotation that can take one; ``rolled_out``: the runtime runs every
+        component from ``pki`` as it is; ``in_place``: it never runs two apiservers at once."""
         for kind in rotation.KINDS:
-            step = await self._advance(kind, vc, pki, endpoint, rolled_out)
+            step = await self._advance(kind, vc, pki, endpoint, rolled_out, in_place)
             if step is not None:
                 return step
         return None
 
     async def _advance(self, kind: str, vc: VirtualCluster, pki: TenantPki, endpoint: str,
-                       rolled_out: bool) -> Step | None:
+                       rolled_out: bool, in_place: bool) -> Step | None:
         files, name = pki.files, NAMES[kind]
         state = rotation.state_of(files, kind)
         start_key, complete_key = ANNOTATIONS[kind]
@@ -95,8 +98,10 @@ class Rotations:
         if not state.in_flight:
             if start and time_of(start) is not None and start != state.start_request:
                 what = "both are trusted, the current one signs until the new one is trusted everywhere"
-                return Step(await asyncio.to_thread(rotation.start, files, kind, start, now), "RotationStarted",
-                            f"{name} rotation started: a new one was made; {what}")
+                started = await asyncio.to_thread(rotation.start, files, kind, start, now)
+                if kind == SERVICE_ACCOUNT_KEY and in_place:  # one apiserver at a time: it may sign at once
+                    started, what = rotation.sign(started, kind, now), "both verify, the new one signs"
+                return Step(started, "RotationStarted", f"{name} rotation started: a new one was made; {what}")
             return None
         if not rolled_out:
             return None

@@ -61,6 +61,9 @@ class ControlPlaneRuntime(Protocol):
     # Seconds a hibernated control plane usually takes to answer again (measured: docs/benchmarks.md),
     # told to whoever wakes one.
     WAKE_ESTIMATE: ClassVar[int]
+    # Its apiserver is replaced by stopping the old one before the new one starts, so two never serve at
+    # once (a rotation then needs no step for both to trust a new key before one signs with it).
+    REPLACES_IN_PLACE: ClassVar[bool]
 
     def endpoint_host(self, vc: Obj) -> str:
         """The host the tenant apiserver is reached at (a SAN of its certificate)."""

@@ -98,6 +98,7 @@ class PodsRuntime:
     # wake -> Ready measured 7 s on the real-node lab (make bench, tests/e2e/test_real_lifecycle.py): pods
     # scheduled, etcd then the apiserver started in order and ready, images already there; twice that, for a
     # busier host
+    REPLACES_IN_PLACE: ClassVar[bool] = False  # a Deployment's new pod is ready before the old one leaves
     WAKE_ESTIMATE: ClassVar[int] = 15
     reapply_after: float = REAPPLY_AFTER
     clients: TenantClients = field(default_factory=TenantClients, repr=False)

@@ -59,6 +59,7 @@ class ProcessRuntime:
     tuning: TenantTuning = LEAN
     webhook: TenantAuthorizationWebhook | None = None  # vc-apiserver's credential webhook, as tenants reach it
     name: str = "process"
+    REPLACES_IN_PLACE: ClassVar[bool] = True
     WAKE_ESTIMATE: ClassVar[int] = 10  # wake -> Ready measured 3.5 s alone on 2 cores (docs/benchmarks.md)
     clients: TenantClients = field(default_factory=TenantClients)
     rewrite_after: float = REWRITE_AFTER

@@ -32,6 +32,7 @@ MAX_BACKOFF = 30.0
 # talks to the apiserver first, etcd (which flushes on SIGTERM) last.
 STOP_ORDER = (("kwok", "kube-controller-manager", "kube-scheduler"), ("kube-apiserver",), ("etcd",))
 STOP_GRACE = 10.0
+RESTART_GRACE = 1.0
 
 
 @dataclass
@@ -133,8 +134,10 @@ class Supervisor:
 
     async def restart(self, base: Path, component: str) -> None:
         """Stop one component so that the next :meth:`supervise` starts it afresh (not as a restart of a
-        crashed one): to read again what it reads only at start."""
-        await self._stop(base, {self.pid(base, component)})
+        crashed one): to read again what it reads only at start. It is given RESTART_GRACE seconds: kube's
+        components stop listening and finish their requests within milliseconds of SIGTERM, then may take
+        ten seconds more to wind down, which the one that replaces it need not wait for."""
+        await self._stop(base, {self.pid(base, component)}, RESTART_GRACE)
         (base / f"{component}.pid").unlink(missing_ok=True)
 
     async def kill(self, base: Path) -> None:
@@ -149,19 +152,19 @@ class Supervisor:
                 return
             await asyncio.sleep(0.1)
 
-    async def _stop(self, base: Path, pids: set[int]) -> None:
-        """SIGTERM to each process's group, SIGKILL to what is left after STOP_GRACE."""
+    async def _stop(self, base: Path, pids: set[int], grace: float = STOP_GRACE) -> None:
+        """SIGTERM to each process's group, SIGKILL to what is left after ``grace`` seconds."""
         pids = {pid for pid in pids if pid and self.alive(pid, base)}
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in pids:
                 _signal(pid, sig)
-            deadline = time.monotonic() + STOP_GRACE
+            deadline = time.monotonic() + grace
             while time.monotonic() < deadline:
                 pids = {pid for pid in pids if self.alive(pid, base)}
                 if not pids:
                     return
                 await asyncio.sleep(0.05)
-            if sig == signal.SIGTERM:
+            if sig == signal.SIGTERM and grace == STOP_GRACE:
                 log.warning("killing what did not stop within %.0fs of SIGTERM in %s: pids %s", STOP_GRACE, base,
                             sorted(pids))
 
