@@ -95,6 +95,10 @@ class TenantPki:
         """A client certificate signed by the cluster CA (what the server hands its own agents)."""
         return pki.new_leaf(self.pair("ca"), user, organizations=tuple(groups), not_after=not_after)
 
+    def issuer(self) -> str:
+        """A short name of the client CA that signs users' credentials now (a label value)."""
+        return hashlib.sha256(self.files["client-ca.crt"]).hexdigest()[:16]
+
     def mint_user(self, user: str, groups: Iterable[str], not_after: dt.datetime) -> pki.KeyPair:
         """A client certificate signed by the client CA: a credential issued to a user, which a rotation of
         the client CA replaces (:mod:`certs.rotation`)."""

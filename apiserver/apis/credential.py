@@ -17,11 +17,13 @@ from apiserver.apis.schema import DEFINITION_PREFIX, ListMetaSchema, ObjectMetaS
 from apiserver.machinery.errors import Cause
 from apiserver.machinery.fields import Array, KubeSchema, Map, Obj, Str, Time, prune, validate_with
 
-__all__ = ["CLUSTER_LABEL", "OWNER_LABEL", "owner_label_value", "CredentialSchema", "CredentialSpecSchema", "new_credential", "prune_unknown_fields",
+__all__ = ["CLUSTER_LABEL", "ISSUER_LABEL", "OWNER_LABEL", "owner_label_value", "CredentialSchema", "CredentialSpecSchema", "new_credential", "prune_unknown_fields",
            "validate_spec", "validate_status"]
 
 CLUSTER_LABEL = "kosmos.io/virtualcluster"  # the VirtualCluster a credential opens, for label selectors
 OWNER_LABEL = "kosmos.io/issued-to"  # a digest of the user it was issued to: a user's own, by label selector
+# which client CA signed it (certs.tenant.TenantPki.issuer): a rotation's end deletes what the old one signed
+ISSUER_LABEL = "kosmos.io/issuer"
 
 
 def owner_label_value(user: str) -> str:
@@ -92,10 +94,11 @@ def prune_unknown_fields(obj: dict[str, Any]) -> list[str]:
 
 
 def new_credential(namespace: str, cluster: str, user: str, uid: str, groups: list[str],
-                   extra: dict[str, list[str]], expires: str) -> dict[str, Any]:
-    """The object the subresource creates for one issuance (its name is generated from the cluster's)."""
+                   extra: dict[str, list[str]], expires: str, issuer: str = "") -> dict[str, Any]:
+    """The object the subresource creates for one issuance (its name is generated from the cluster's);
+    ``issuer`` names the CA that signs it, where one of ours does."""
+    labels = {CLUSTER_LABEL: cluster, OWNER_LABEL: owner_label_value(user), **({ISSUER_LABEL: issuer} if issuer else {})}
     return {"apiVersion": INFO.group_version, "kind": INFO.kind,
-            "metadata": {"generateName": f"{cluster}-", "namespace": namespace,
-                         "labels": {CLUSTER_LABEL: cluster, OWNER_LABEL: owner_label_value(user)}},
+            "metadata": {"generateName": f"{cluster}-", "namespace": namespace, "labels": labels},
             "spec": {"virtualCluster": cluster, "user": user, "uid": uid, "groups": groups, "extra": extra,
                      "expirationTimestamp": expires}}

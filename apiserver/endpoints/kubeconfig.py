@@ -163,7 +163,8 @@ class KubeconfigIssuer:
         user: UserInfo = request["user"]
         not_after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
         record = new_credential(namespace, name, user.name, user.uid, list(user.groups),
-                                {k: list(v) for k, v in user.extra.items()}, rfc3339(not_after))
+                                {k: list(v) for k, v in user.extra.items()}, rfc3339(not_after),
+                                tenant.issuer() if tenant is not None else "")
         created = await self.credentials.create(namespace, record, WriteOptions(field_manager=FIELD_MANAGER))
         credential_id = created.obj["metadata"]["name"]
         cluster = f"{namespace}-{name}"

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from apiserver.apis import hibernation as sleep
-from apiserver.apis.credential import CLUSTER_LABEL
+from apiserver.apis.credential import CLUSTER_LABEL, ISSUER_LABEL
 from apiserver.apis.resource import CONTROL_PLANE_READY, FINALIZER, NODES_READY
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
@@ -25,7 +25,7 @@ from apiserver.kubeclient.imported import ImportError_, import_ref, reach
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj, merge_patch
 from apiserver.machinery.selectors import parse_label_selector
-from apiserver.machinery.timefmt import now_rfc3339, time_of
+from apiserver.machinery.timefmt import now_rfc3339
 from apiserver.registry.rest import DeleteOptions, ListOptions, WriteOptions
 from apiserver.registry.store import Registry
 from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
@@ -185,22 +185,21 @@ class ControlPlaneController:
             pki = TenantPki(step.files)
             await self.events.record(vc.raw, "Normal", step.reason, step.message)
             if step.finished_client_ca:
-                await self._delete_credentials_before(vc, step.finished_client_ca)
+                await self._delete_credentials_of_old_cas(vc, pki)
         return self.rotations.progress(pki)
 
-    async def _delete_credentials_before(self, vc: VirtualCluster, moment: str) -> None:
-        """The client CA that signed credentials issued before ``moment`` is no longer trusted: their objects
-        go too, so that what is listed is what works."""
+    async def _delete_credentials_of_old_cas(self, vc: VirtualCluster, pki: TenantPki) -> None:
+        """A client CA rotation ended: the credentials another CA signed go, so that what is listed is what
+        works, and so that the tenant's authorization webhook refuses those it still trusts (issued before
+        there was a client CA, by the cluster CA)."""
         if self.credentials is None:
             return
-        cutoff = time_of(moment)
-        mine = ListOptions(label_selector=parse_label_selector(f"{CLUSTER_LABEL}={vc.meta.name}"))
-        for entry in (await self.credentials.list(vc.meta.namespace, mine)).entries:
-            created = time_of(entry.obj["metadata"].get("creationTimestamp"))
-            if cutoff is not None and created is not None and created < cutoff:
-                with contextlib.suppress(errors.ApiError):
-                    await self.credentials.delete(entry.namespace, entry.name, DeleteOptions(),
-                                                  WriteOptions(field_manager=FIELD_MANAGER))
+        selector = f"{CLUSTER_LABEL}={vc.meta.name},{ISSUER_LABEL}!={pki.issuer()}"
+        for entry in (await self.credentials.list(vc.meta.namespace,
+                                                  ListOptions(label_selector=parse_label_selector(selector)))).entries:
+            with contextlib.suppress(errors.ApiError):
+                await self.credentials.delete(entry.namespace, entry.name, DeleteOptions(),
+                                              WriteOptions(field_manager=FIELD_MANAGER))
 
     async def _slice(self, vc: VirtualCluster, slice_: dict[str, str] | None, pki: TenantPki, tenant: KubeClient,
                      endpoint: str) -> SliceReport | None:

@@ -39,7 +39,7 @@ class Step:
     files: dict[str, bytes]
     reason: str
     message: str
-    finished_client_ca: str = ""  # the time the old client CA stopped signing: credentials issued before are dead
+    finished_client_ca: bool = False  # the old client CA is trusted no more: what it signed is dead
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Rotations:
             return None
         if state.phase == PREPARING:
             if kind == CLIENT_CA:
-                if not await _accepts(pki, "client-ca-next", endpoint):
+                if await _answer(pki, "client-ca-next", endpoint) != 200:
                     return None
                 return Step(rotation.sign(files, kind, now), "RotationPrepared",
                             f"{name} rotation prepared: credentials are issued by the new CA; those of the old one "
@@ -131,11 +131,11 @@ class Rotations:
             return None
         if state.phase == COMPLETING:
             if kind == CLIENT_CA:
-                if await _accepts(pki, "client-ca-previous", endpoint):
+                if await _answer(pki, "client-ca-previous", endpoint) != 401:
                     return None
                 return Step(rotation.finish(files, kind, now), "RotationCompleted",
                             f"{name} rotation completed: only credentials of the new CA work",
-                            finished_client_ca=state.prepared)
+                            finished_client_ca=True)
             if state.step == "wait":
                 if self.next_in(pki):
                     return None
@@ -162,20 +162,23 @@ def _after(stamp: str, seconds: float) -> str:
     return rfc3339(moment + dt.timedelta(seconds=seconds))
 
 
-async def _accepts(pki: TenantPki, ca: str, endpoint: str) -> bool:
-    """Whether the tenant apiserver takes a client certificate of CA ``ca`` (a stem of the PKI): a fresh
-    connection with a throwaway certificate, answered 401 by an apiserver that does not trust it."""
+async def _answer(pki: TenantPki, ca: str, endpoint: str) -> int | None:
+    """How the tenant apiserver answers a client certificate of CA ``ca`` (a stem of the PKI): 200 where it
+    trusts the CA, 401 where it does not; None without an answer. A fresh connection, a throwaway
+    certificate."""
     if f"{ca}.key" not in pki.files:
-        return False
+        return None
     pair = pkilib.KeyPair(pki.cert(ca), pkilib.load_key(pki.files[f"{ca}.key"]))
     probe = await asyncio.to_thread(pkilib.new_leaf, pair, PROBE_USER,
                                     not_after=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5))
     client = KubeClient(access_from_pem(endpoint, pki.files["ca.crt"], probe.cert_pem, probe.key_pem), timeout=5)
     try:
         await client.request("GET", "/apis")
-        return True
-    except (HostError, HostUnavailable):
-        return False  # 401 where it is not trusted; anything else says nothing yet
+        return 200
+    except HostError as e:
+        return e.code
+    except HostUnavailable:
+        return None
     finally:
         await client.close()
 
