@@ -156,7 +156,10 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     containerd nodes (hack/realnodes.py) with a node agent each, kwok nodes beside them, and
     vc-apiserver building tenant control planes as host pods (the ``pods`` runtime, on the
     control-plane node) and promoting nodes through the agents."""
-    yield from running_stack(tmp_path_factory.mktemp("real"), runtime="pods", real_nodes=2)
+    # a service-account key rotation drops the old key 10 s after the new one signs, not the hour kubelets
+    # need in production (test_real_rotation.py)
+    yield from running_stack(tmp_path_factory.mktemp("real"), runtime="pods", real_nodes=2,
+                             extra_args=["--service-account-key-rotation-overlap", "10"])
 
 
 @pytest.fixture(scope="session")

@@ -13,17 +13,16 @@ from typing import Any
 
 from apiserver.machinery.errors import FIELD_VALUE_FORBIDDEN, FIELD_VALUE_INVALID, Cause
 from apiserver.machinery.timefmt import now_rfc3339, time_of
-from certs.rotation import CLIENT_CA, SERVICE_ACCOUNT_KEY
 
 __all__ = ["ANNOTATIONS", "NAMES", "request_errors"]
 
-# kind → (start annotation, complete annotation)
+# kind (its field in status.credentials.rotation, and its name in certs.rotation) → (start, complete)
 ANNOTATIONS = {
-    CLIENT_CA: ("kosmos.io/client-ca-rotation-start", "kosmos.io/client-ca-rotation-complete"),
-    SERVICE_ACCOUNT_KEY: ("kosmos.io/service-account-key-rotation-start",
+    "clientCA": ("kosmos.io/client-ca-rotation-start", "kosmos.io/client-ca-rotation-complete"),
+    "serviceAccountKey": ("kosmos.io/service-account-key-rotation-start",
                           "kosmos.io/service-account-key-rotation-complete"),
 }
-NAMES = {CLIENT_CA: "client CA", SERVICE_ACCOUNT_KEY: "service-account key"}
+NAMES = {"clientCA": "client CA", "serviceAccountKey": "service-account key"}
 
 
 def request_errors(obj: Mapping[str, Any]) -> list[Cause]:

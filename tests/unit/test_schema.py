@@ -517,7 +517,7 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
     assert set(PromoteResourcesSchema().fields) == {"nodes", "nodeInfos", "resources", "resourcesMode"}
     assert set(VirtualClusterStatusSchema().fields) == {
         "phase", "reason", "message", "updateTime", "observedGeneration", "conditions", "controlPlaneEndpoint",
-        "port", "kubernetesVersion", "nodes", "sharedResources", "backups"}
+        "port", "kubernetesVersion", "nodes", "sharedResources", "backups", "credentials"}
     assert set(NodeStatusSchema().fields) == {"name", "phase", "shared"}
     assert set(SharedResourcesSchema().fields) == {"namespace", "capacity", "used"}
 

@@ -313,6 +313,9 @@ class HostObjects:
             "volumeMounts": [{"name": "pki", "mountPath": p, "readOnly": True}],
         }
         spec = self.pod_spec(plan, "apiserver", container, [self._secret_volume(plan, "apiserver", "pki")])
+        # replaced: 5 s still serving while it leaves the endpoints (ENDPOINT_DRAIN), then 10 s for what it is
+        # answering; a rotation's next step waits for it to be gone
+        spec["terminationGracePeriodSeconds"] = 15
         strategy = None
         if plan.host_network:
             # a host port can't be shared: replace pods in place, and prefer the node users are sent to
