@@ -17,6 +17,7 @@ import pytest
 
 from hack.stack import Stack
 from tests.conftest import Kubectl, running_stack, vc
+from tests.e2e.test_kubectl_plugin import kubectl
 from tests.support import report
 from tests.support.rotation import (
     Caller,
@@ -73,6 +74,9 @@ def test_a_client_ca_rotation_keeps_every_credential_working_until_complete_then
     # what the old CA issued is listed no more: the credential objects went with it
     left = {c["metadata"]["name"] for c in host.json("get", "vccred", "-n", NS)["items"]}
     assert old_id not in left and credential_id(new) in left
+    again = kubectl(stack.kubeconfig, "vc", "rotate", "dev", "client-ca", "complete", "-n", NS)
+    assert again.returncode != 0 and again.stderr.strip().splitlines() == [
+        'error: virtualcluster "dev": its client-ca rotation is Completed; only a Prepared one can be completed']
     events = host.run("get", "events", "-n", NS, "--field-selector", "involvedObject.name=dev").stdout
     assert "RotationPrepared" in events and "RotationCompleted" in events
     report.say(f"rotation: client CA (process runtime) prepared in {prepared:.1f}s, completed in {completed:.1f}s; "
