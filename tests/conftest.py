@@ -34,11 +34,12 @@ _counter = itertools.count()
 # groups are handed out first, so none of them is left to run alone at the end; the order is
 # measured (.local/test-durations.txt), not promised.
 SHARED_LABS = {
-    "real-nodes": ("test_real_lifecycle.py", "test_in_cluster.py", "test_real_nodes.py", "test_images.py"),
+    "real-nodes": ("test_real_lifecycle.py", "test_in_cluster.py", "test_real_nodes.py", "test_images.py",
+                   "test_real_rotation.py"),
     "differential": ("test_differential.py", "test_managedfields_differential.py"),
     "playground": ("test_docs.py", "test_metering.py", "test_kubectl_plugin.py"),  # one process_host, as `make up` starts it
 }
-LONGEST_FIRST = ("real-nodes", "test_shared_slices.py", "test_hibernation.py", "test_control_plane.py",
+LONGEST_FIRST = ("real-nodes", "test_shared_slices.py", "test_hibernation.py", "test_control_plane.py", "test_rotation.py",
                  "test_chaos.py", "test_promotion.py", "test_overload.py", "test_backup.py",
                  "test_apiservice.py", "test_faults_etcd.py", "test_pods_runtime.py", "playground")
 
