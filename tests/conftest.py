@@ -39,7 +39,7 @@ SHARED_LABS = {
     "differential": ("test_differential.py", "test_managedfields_differential.py"),
     "playground": ("test_docs.py", "test_metering.py", "test_kubectl_plugin.py"),  # one process_host, as `make up` starts it
 }
-LONGEST_FIRST = ("real-nodes", "test_shared_slices.py", "test_hibernation.py", "test_control_plane.py", "test_rotation.py",
+LONGEST_FIRST = ("real-nodes", "test_shared_slices.py", "test_hibernation.py", "test_control_plane.py",
                  "test_chaos.py", "test_promotion.py", "test_overload.py", "test_backup.py",
                  "test_apiservice.py", "test_faults_etcd.py", "test_pods_runtime.py", "playground")
 
