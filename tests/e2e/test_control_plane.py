@@ -24,7 +24,7 @@ from cryptography import x509
 from apiserver.etcd.client import EtcdClient, EtcdConfig, prefix_end
 from apiserver.storage.keys import secret_key
 from apiserver.storage.secrets import generate_key_file
-from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
+from hack.harness import BIN, ApiServer, Etcd, Pki, free_port, wait_until
 from tests.conftest import EXAMPLES, Kubectl, start_etcd, tenant_processes, vc
 
 pytestmark = pytest.mark.e2e
@@ -407,3 +407,35 @@ def test_a_recreated_cluster_does_not_accept_the_old_credential(cp: ControlPlane
     path.write_text(json.dumps(stale))
     out = Kubectl(path).run("get", "ns", check=False)
     assert out.returncode != 0 and "must be logged in to the server" in out.stderr  # 401 from the new CA
+
+
+def test_a_server_started_with_other_tenant_flags_restarts_what_they_change_and_adopts_the_rest(
+        cp: ControlPlanes) -> None:
+    """An upgraded or reconfigured vc-apiserver finds tenant processes an earlier one started: those whose
+    command line it would write differently are restarted with its own (here the stock tuning: the
+    apiserver's watch cache back on); the others are adopted as they run."""
+    cp.kubectl.run("create", "-f", "-", input=json.dumps(vc("flags", "upgrade")))
+    cp.wait_ready("upgrade", "flags")
+    base = cp.tenant_dir("upgrade", "flags")
+    before = {binary: pid for pid, binary in tenant_processes(base).items()}
+    lean = list(cp.api.extra_args)
+    cp.api.stop()
+    cp.api.extra_args = [*lean, "--tenant-tuning", "stock"]
+    try:
+        cp.api.start()
+        def apiserver_pid() -> int | None:
+            return next((p for p, b in tenant_processes(base).items() if b == "kube-apiserver"), None)
+
+        wait_until(lambda: apiserver_pid() not in (None, before["kube-apiserver"]), 60,
+                   "the tenant apiserver restarted with the new flags")
+        cp.wait_ready("upgrade", "flags")
+        apiserver = apiserver_pid()
+        argv = Path(f"/proc/{apiserver}/cmdline").read_bytes().decode().split("\0")
+        assert "--watch-cache=false" not in argv
+        after = {binary: pid for pid, binary in tenant_processes(base).items()}
+        assert after["etcd"] == before["etcd"]  # its command line is the same under either tuning
+    finally:
+        cp.api.stop()
+        cp.api.extra_args = lean
+        cp.api.start()
+    cp.wait_ready("upgrade", "flags")

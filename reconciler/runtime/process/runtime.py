@@ -117,8 +117,8 @@ class ProcessRuntime:
         ports = state["ports"]
         endpoint = f"https://{host}:{ports['apiserver']}"
         self._write_files_unless_written(namespace, name, pki, ports, host, endpoint)
-        await self._restart_stale(base, pki)
         command_lines = commands(self.bin_dir, base, ports, host, self.tuning)
+        await self._restart_stale(base, pki, command_lines)
         problems: list[str] = []
         # etcd and the apiserver first; the controller-manager and scheduler read RBAC-protected
         # objects at start-up, so they start once the apiserver has bootstrapped its roles. The
@@ -253,23 +253,34 @@ class ProcessRuntime:
             self._written.remember(tenant, inputs, started, True)
 
     async def rolled_out(self, vc: Obj, pki: TenantPki) -> bool:
-        base = self.dir(*_tenant(vc))
-        return not self._stale(base, pki)
+        namespace, name = _tenant(vc)
+        state = self.layout.read_state(namespace, name)
+        if state is None:
+            return False
+        base = self.dir(namespace, name)
+        return not self._stale(base, pki, commands(self.bin_dir, base, state["ports"], state["host"], self.tuning))
 
-    def _stale(self, base: Path, pki: TenantPki) -> list[str]:
-        """Running components started from files that have changed since (their stamp says which)."""
+    def _stale(self, base: Path, pki: TenantPki, command_lines: dict[str, list[str]]) -> list[str]:
+        """Running components that would not start as they run now: started from files that have changed
+        since (their stamp says which), or with another command line (this server's version changed)."""
         stale = []
-        for component in READ_AT_START:
-            stamp = base / f"{component}.started-from"
-            with contextlib.suppress(FileNotFoundError):
-                if stamp.read_text() != started_from(pki, component) and self.alive(self.pid(base, component), base):
-                    stale.append(component)
+        for component, command in command_lines.items():
+            pid = self.pid(base, component)
+            if not pid or not self.alive(pid, base):
+                continue
+            running = self.supervisor.command_of(pid)
+            changed = running is not None and running != command
+            if component in READ_AT_START:
+                with contextlib.suppress(FileNotFoundError):
+                    changed |= (base / f"{component}.started-from").read_text() != started_from(pki, component)
+            if changed:
+                stale.append(component)
         return stale
 
-    async def _restart_stale(self, base: Path, pki: TenantPki) -> None:
-        """Restart what runs from files that changed, and stamp each component with the files it starts from
-        (one started by an earlier version, without a stamp, read what is there now)."""
-        for component in self._stale(base, pki):
+    async def _restart_stale(self, base: Path, pki: TenantPki, command_lines: dict[str, list[str]]) -> None:
+        """Restart what would not start as it runs now, and stamp each component with the files it starts
+        from (one started by an earlier version, without a stamp, read what is there now)."""
+        for component in self._stale(base, pki, command_lines):
             await self.supervisor.restart(base, component)
         for component in READ_AT_START:
             stamp = base / f"{component}.started-from"

@@ -75,6 +75,15 @@ class Supervisor:
             return False
 
     @staticmethod
+    def command_of(pid: int) -> list[str] | None:
+        """The command line a process runs (None while it is still in its exec, or gone)."""
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return raw.decode(errors="surrogateescape").split("\0")[:-1] if raw else None
+
+    @staticmethod
     def pid(base: Path, component: str) -> int:
         try:
             return int((base / f"{component}.pid").read_text().strip() or 0)
