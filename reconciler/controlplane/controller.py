@@ -177,6 +177,8 @@ class ControlPlaneController:
         before anything acts on it; where each stands, for the status."""
         if not self.rotations.asked(vc, pki):
             return None
+        if not self.rotations.pending(vc, pki):
+            return self.rotations.progress(pki)
         step = await self.rotations.advance(vc, pki, endpoint, await runtime.rolled_out(vc.raw, pki),
                                             runtime.REPLACES_IN_PLACE)
         if step is not None:

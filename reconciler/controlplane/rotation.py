@@ -63,6 +63,16 @@ class Rotations:
         return (any(key in annotations for keys in ANNOTATIONS.values() for key in keys)
                 or rotation.STATE_FILE in pki.files)
 
+    def pending(self, vc: VirtualCluster, pki: TenantPki) -> bool:
+        """Whether a rotation is under way or asked for anew: only then is the runtime asked whether the
+        last step is in force (on the pods runtime, a look at the host)."""
+        for kind, (start_key, _) in ANNOTATIONS.items():
+            state = rotation.state_of(pki.files, kind)
+            start = vc.meta.annotations.get(start_key)
+            if state.in_flight or (start and start != state.start_request):
+                return True
+        return False
+
     def progress(self, pki: TenantPki) -> Rotating:
         in_flight = any(rotation.state_of(pki.files, kind).in_flight for kind in rotation.KINDS)
         waiting = self.next_in(pki)

@@ -141,3 +141,20 @@ def test_admission_refuses_a_request_that_is_not_a_time_and_any_of_an_imported_c
     imported = request_errors({"metadata": {"annotations": {"kosmos.io/service-account-key-rotation-start": START}},
                                "spec": {"import": {"kubeconfigSecretRef": {"name": "k"}}}})
     assert [c.type for c in imported] == ["FieldValueForbidden"]
+
+
+def test_only_a_rotation_under_way_or_asked_for_anew_makes_the_reconciler_look_at_the_runtime(
+        fresh: TenantPki) -> None:
+    rotations = Rotations()
+    asked = cluster({"kosmos.io/client-ca-rotation-start": START})
+    assert not rotations.asked(cluster({}), fresh)
+    assert rotations.pending(asked, fresh)
+    started = TenantPki(rotation.start(fresh.files, CLIENT_CA, START, START))
+    assert rotations.pending(asked, started)
+    done = TenantPki(rotation.finish(rotation.complete(rotation.sign(started.files, CLIENT_CA, START), CLIENT_CA,
+                                                       START), CLIENT_CA, START))
+    assert rotations.asked(asked, done) and not rotations.pending(asked, done)
+    assert rotations.progress(done).status == {"rotation": {"clientCA": {
+        "phase": "Completed", "lastInitiationTime": START, "lastInitiationFinishedTime": START,
+        "lastCompletionTime": START}}}
+    assert rotations.pending(cluster({"kosmos.io/client-ca-rotation-start": "2026-11-29T00:00:00Z"}), done)
