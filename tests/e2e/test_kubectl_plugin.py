@@ -94,7 +94,7 @@ def test_credentials_are_listed_and_a_revoked_one_is_refused_by_the_tenant(home:
 
 
 def test_each_verb_has_help_and_errors_are_one_line_and_a_failing_exit(home: Path) -> None:
-    for verb in ("list", "connect", "hibernate", "wake", "snapshot", "credential", "credentials"):
+    for verb in ("list", "connect", "hibernate", "wake", "snapshot", "credential", "credentials", "rotate"):
         helped = kubectl(home, "vc", verb, "--help")
         assert helped.returncode == 0 and f"kubectl vc {verb}" in helped.stdout
     missing = kubectl(home, "vc", "connect", "nope", "-n", NS, "--timeout", "5")
