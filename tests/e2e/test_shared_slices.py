@@ -226,19 +226,67 @@ def test_a_pod_whose_secret_is_missing_waits_until_it_exists(
     t.run("delete", "pod", "needs", "--wait", timeout=90)
 
 
-def test_a_host_network_pod_is_refused_by_the_hosts_pod_security_and_the_tenant_told(
+BUSYBOX = "docker.io/library/busybox:1.36"
+# Every way a tenant pod spec could reach into the host, and the words the tenant is told: the host's own
+# Pod Security admission (baseline, enforced on every slice namespace) refuses what a host pod may not do,
+# the syncer refuses the volumes a slice cannot serve before the host sees them.
+HOSTILE: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
+    "hostnet": ({"hostNetwork": True}, {}, "host namespaces (hostNetwork=true)"),
+    "hostpid": ({"hostPID": True}, {}, "host namespaces (hostPID=true)"),
+    "hostipc": ({"hostIPC": True}, {}, "host namespaces (hostIPC=true)"),
+    "hostport": ({}, {"ports": [{"containerPort": 80, "hostPort": 8080}]}, "hostPort"),
+    "privileged": ({}, {"securityContext": {"privileged": True}}, "privileged"),
+    "sysadmin": ({}, {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}, "non-default capabilities"),
+    "unconfined": ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, {}, "seccompProfile"),
+    "sysctl": ({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}, {}, "forbidden sysctls"),
+    "hostpath": ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, {},
+                 "hostPath volumes cannot run in a shared slice"),
+}
+
+
+def test_every_pod_field_that_reaches_into_the_host_is_refused_and_the_tenant_told_why(
         host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
     obj, t = sliced
     namespace = obj["status"]["sharedResources"]["namespace"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hostnet", "namespace": "default"},
-           "spec": {"hostNetwork": True, "containers": [{"name": "c", "image": "docker.io/library/busybox:1.36"}]}}
+    for name, (spec, container, _) in HOSTILE.items():
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+               "spec": {**spec, "containers": [{"name": "c", "image": BUSYBOX, **container}]}}
+        t.run("create", "-f", "-", input=json.dumps(pod))
+    told = {}
+    for name, (_, _, words) in HOSTILE.items():
+        refused = until(lambda n=name: t.json("get", "pod", n),
+                        lambda p: condition(p, names.HOST_SCHEDULED).get("reason") == "ProviderFailed",
+                        what=f"{name} refused and the tenant told")
+        told[name] = condition(refused, names.HOST_SCHEDULED)["message"]
+        assert words in told[name], (name, told[name])
+    running = host_pods(host, namespace)
+    assert not {names.host_name("default", n) for n in HOSTILE} & set(running)
+    t.run("delete", "pod", *HOSTILE, "--wait", timeout=120)
+
+
+def test_a_slice_pod_runs_as_no_host_identity_and_mounts_only_its_tenants_copies(
+        host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
+    """A tenant names a host ServiceAccount and a host Secret: its pod runs as the slice namespace's
+    token-less default account, and mounts the slice's copy of the tenant's own Secret of that name."""
+    obj, t = sliced
+    namespace = obj["status"]["sharedResources"]["namespace"]
+    t.run("create", "serviceaccount", "vc-apiserver")
+    t.run("create", "secret", "generic", "vc-apiserver-serving", "--from-literal=tenant=yes")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "borrower", "namespace": "default"},
+           "spec": {"serviceAccountName": "vc-apiserver",
+                    "volumes": [{"name": "s", "secret": {"secretName": "vc-apiserver-serving"}}],
+                    "containers": [{"name": "c", "image": BUSYBOX, "volumeMounts": [{"name": "s", "mountPath": "/s"}]}]}}
     t.run("create", "-f", "-", input=json.dumps(pod))
-    refused = until(lambda: t.json("get", "pod", "hostnet"),
-                    lambda p: condition(p, names.HOST_SCHEDULED).get("reason") == "ProviderFailed",
-                    what="the host's refusal reported")
-    assert "violates PodSecurity" in condition(refused, names.HOST_SCHEDULED)["message"]
-    assert names.host_name("default", "hostnet") not in host_pods(host, namespace)
-    t.run("delete", "pod", "hostnet", "--wait", timeout=90)
+    mapped = names.host_name("default", "borrower")
+    hosted = until(lambda: host_pods(host, namespace).get(mapped), lambda p: p is not None, what="its host pod")
+    spec = hosted["spec"]
+    assert spec.get("serviceAccountName", "default") == "default" and spec["automountServiceAccountToken"] is False
+    assert not any("projected" in v for v in spec["volumes"])
+    [secret] = [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v]
+    assert secret == names.host_name("default", "vc-apiserver-serving")
+    copied = host.json("get", "secret", secret, "-n", namespace)
+    assert copied["data"] == {"tenant": "eWVz"}
+    t.run("delete", "pod", "borrower", "--wait", timeout=90)
 
 
 def test_the_host_schedulers_events_are_told_again_on_the_tenant_pod(sliced: tuple[dict[str, Any], Kubectl]) -> None:
