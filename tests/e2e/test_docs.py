@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hack.harness import REPO
+from hack.harness import REPO, wait_until
 from hack.stack import Stack
+from tests.conftest import Kubectl
 
 RUNNABLE = re.compile(r"^<!-- runnable -->\n```(?:sh|bash)\n(.*?)^```", re.S | re.M)
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -56,6 +57,11 @@ def checkout(process_host: Stack, tmp_path_factory: pytest.TempPathFactory) -> P
     if not (bin_dir / "kubectl-vc").exists():
         (bin_dir / "kubectl-vc").symlink_to(Path(sys.executable).parent / "kubectl-vc")
     (root / "examples").symlink_to(REPO / "examples")
+    # A module before this one may have registered the APIService again: the host's aggregator merges its
+    # OpenAPI (what `kubectl explain` reads) a few seconds after the APIService is Available.
+    kubectl = Kubectl(process_host.kubeconfig, host_namespaces=True)
+    wait_until(lambda: kubectl.run("explain", "vc.spec", check=False).returncode == 0, 60,
+               "the aggregated OpenAPI to include VirtualCluster", interval=1)
     return root
 
 

@@ -207,7 +207,7 @@ async def test_ensure_builds_the_whole_control_plane(runtime: PodsRuntime, clien
     assert not pod_spec(apiserver).get("hostNetwork")
     command = pod_spec(apiserver)["containers"][0]["command"]
     assert f"--etcd-servers=https://{etcd_client['clusterIP']}:2379" in command, "by IP: no DNS name to cache"
-    assert "--client-ca-file=/etc/kubernetes/pki/ca.crt" in command
+    assert "--client-ca-file=/etc/kubernetes/pki/client-ca-bundle.crt" in command  # cluster CA and client CA
     probes = pod_spec(apiserver)["containers"][0]
     assert (probes["startupProbe"]["periodSeconds"], probes["readinessProbe"]["periodSeconds"]) == (1, 1)
     assert "initialDelaySeconds" not in probes["livenessProbe"], "the startup probe guards the start"
