@@ -248,6 +248,8 @@ def test_every_pod_field_that_reaches_into_the_host_is_refused_and_the_tenant_to
         host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
     obj, t = sliced
     namespace = obj["status"]["sharedResources"]["namespace"]
+    until(lambda: t.run("get", "serviceaccount", "default", check=False).returncode, lambda rc: rc == 0,
+          what="the tenant's default ServiceAccount")
     for name, (spec, container, _) in HOSTILE.items():
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
                "spec": {**spec, "containers": [{"name": "c", "image": BUSYBOX, **container}]}}
@@ -270,6 +272,8 @@ def test_a_slice_pod_runs_as_no_host_identity_and_mounts_only_its_tenants_copies
     token-less default account, and mounts the slice's copy of the tenant's own Secret of that name."""
     obj, t = sliced
     namespace = obj["status"]["sharedResources"]["namespace"]
+    until(lambda: t.run("get", "serviceaccount", "default", check=False).returncode, lambda rc: rc == 0,
+          what="the tenant's default ServiceAccount")
     t.run("create", "serviceaccount", "vc-apiserver")
     t.run("create", "secret", "generic", "vc-apiserver-serving", "--from-literal=tenant=yes")
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "borrower", "namespace": "default"},
