@@ -30,16 +30,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 from . import pki
 
-__all__ = ["CLIENT_CA", "KINDS", "SERVICE_ACCOUNT_KEY", "Kind", "State", "client_ca_bundle", "complete", "drop",
+__all__ = ["CLIENT_CA", "KINDS", "SERVICE_ACCOUNT_KEY", "State", "client_ca_bundle", "complete", "drop",
            "finish", "prepared", "sign", "start", "state_of", "verify_keys", "with_bundles"]
 
 CLIENT_CA, SERVICE_ACCOUNT_KEY = "clientCA", "serviceAccountKey"
 KINDS = (CLIENT_CA, SERVICE_ACCOUNT_KEY)
-Kind = Literal["clientCA", "serviceAccountKey"]
 STATE_FILE = "rotation.json"
 CLIENT_CA_CN = "kubernetes-client-ca"
 
