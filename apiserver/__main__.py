@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import uvloop
 
@@ -80,7 +80,8 @@ def wire_reconciler(server: Server, config: ReconcilerConfig) -> None:
     attach(server.app, registry=server.registry, cache=server.cache, etcd=server.etcd, host=server.host,
            events=server.events, secrets=server.secrets, runtime=runtime,
            lease_duration=config.lease_duration, identity=config.identity, workers=config.workers,
-           joiner=config.new_joiner(server.host, server.secrets), slices=config.slices,
+           joiner=config.new_joiner(server.host, server.secrets),
+           slices=replace(config.slices, tls=(serving.cert_file, serving.key_file)),
            credentials=server.credentials, rotation_overlap=config.runtime.rotation_overlap)
 
 

@@ -126,7 +126,7 @@ async def floor_start(runtime: ProcessRuntime, pki: tenantpki.TenantPki, base: P
     """Start the components of a claimed floor directly; seconds until ready."""
     endpoint = f"https://127.0.0.1:{ports['apiserver']}"
     write_files(base, pki, endpoint)
-    command_lines = commands(runtime.bin_dir, base, ports, "127.0.0.1", runtime.tuning)
+    command_lines = commands(runtime.bin_dir, base, ports, "127.0.0.1", runtime.tuning, pki.service_cidr)
     started = time.perf_counter()
     # The minimal correct order (the controller-manager exits if started before the apiserver has
     # bootstrapped RBAC): etcd + apiserver, then the controller-manager as soon as /readyz answers.

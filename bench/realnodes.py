@@ -11,6 +11,8 @@
 - **Promote**: the real worker added to a Ready tenant → a tenant pod that waited for a node Running
   on it (drain in the host, the agent's join, the kubelet's restart, registration, scheduling).
 - **Release**: the worker taken out of the tenant → a host pod bound to it Running again.
+- **Applications on a shared slice** (:mod:`.sliceapps`): a Service answering by name, 20 pods behind a
+  Service, logs and exec, against the same in a host namespace.
 
 Rounds are sequential on one lab (5 by default); p50 and the worst round (the p99 of so few) are reported, in seconds.
 """
@@ -31,6 +33,7 @@ from hack.stack import Stack, StackPorts
 from reconciler.runtime.base import FIELD_MANAGER
 from reconciler.runtime.pods import COMPONENT, MANAGED_BY, OWNER
 
+from . import sliceapps
 from .stats import Ratio
 
 NS = "bench-real"
@@ -206,6 +209,7 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 def run(workdir: Path, rounds: int = 5, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every family of the lab on one lab (set up once)."""
     stack = Stack(workdir, StackPorts.free(), runtime="pods", real_nodes=2,
                   extra_args=["--leader-elect-lease-duration", "5"])
     started = time.monotonic()
@@ -238,6 +242,7 @@ def run(workdir: Path, rounds: int = 5, log: Callable[[str], None] = print) -> d
             log(f"realnodes: promotion round {i}: promote → tenant pod Running {p:.1f} s, "
                 f"release → host pod Running {r:.1f} s")
             stack.host.kubectl("delete", "vc", name, "-n", NS, "--wait=true", "--timeout=180s")
+        slice_apps = sliceapps.run(stack, workdir, rounds, log)
     finally:
         stack.down()
     return {"lab_setup_seconds": round(setup, 1),
@@ -247,12 +252,17 @@ def run(workdir: Path, rounds: int = 5, log: Callable[[str], None] = print) -> d
             "promote_to_tenant_pod_running": _summary(promote),
             "promotion_steps_p50": {step: round(statistics.median(promotion_steps[step]), 2)
                                     for step in PROMOTION_STEPS if step in promotion_steps},
-            "release_to_host_pod_running": _summary(release)}
+            "release_to_host_pod_running": _summary(release),
+            "slice_apps": slice_apps}
 
 
 def ratios(r: dict[str, Any]) -> list[Ratio]:
     """The chart's bar: the floor's create → Ready as pods / ours (already turned so that > 1: ours is faster)."""
-    return [("control plane as pods on real nodes, create → Ready", r["control_plane"]["ratio_p50"], None)]
+    out: list[Ratio] = [("control plane as pods on real nodes, create → Ready", r["control_plane"]["ratio_p50"], None)]
+    for key, s in (r.get("slice_apps") or {}).items():  # turned so that > 1: ours is faster
+        if s.get("ratio"):
+            out.append((f"shared slice, {key.replace('_', ' ')}", round(1 / s["ratio"], 2), None))
+    return out
 
 
 def render(result: dict[str, Any]) -> str:
@@ -268,4 +278,5 @@ def render(result: dict[str, Any]) -> str:
             f"{step} {at}" for step, at in result.get("promotion_steps_p50", {}).items()),
         f"  release → host pod Running       {result['release_to_host_pod_running']['p50']} / "
         f"{result['release_to_host_pod_running']['max']}",
+        *([sliceapps.render(result["slice_apps"])] if result.get("slice_apps") else []),
     ])

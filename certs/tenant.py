@@ -24,6 +24,12 @@ CREDENTIAL_GROUP_PREFIX = "kosmos:credential:"
 ADMIN_USER = "kubernetes-admin"  # the server's own credential for the tenant (system:masters)
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 SCHEDULER_USER = "system:kube-scheduler"
+# The Services range of a tenant made before ranges of its own existed, or without a shared slice: what every
+# tenant apiserver once ran with, and what promoted nodes' kubelets expect (their clusterDNS is its tenth address).
+SHARED_SERVICE_CIDR = "10.96.0.0/16"
+# Where the PKI keeps the tenant's Services range: the apiserver's certificate names the range's first address,
+# so the two are made, kept and restored together.
+SERVICE_CIDR_FILE = "service-cidr"
 VALIDITY_DAYS = 365
 RENEW_BEFORE = dt.timedelta(days=30)
 
@@ -67,6 +73,11 @@ class TenantPki:
     def pair(self, stem: str) -> pki.KeyPair:
         return pki.KeyPair(self.cert(stem), pki.load_key(self.files[f"{stem}.key"]))
 
+    @property
+    def service_cidr(self) -> str:
+        """The tenant's Services range (:data:`SHARED_SERVICE_CIDR` unless it was given one of its own)."""
+        return self.files.get(SERVICE_CIDR_FILE, SHARED_SERVICE_CIDR.encode()).decode()
+
     def sans(self) -> set[str]:
         return pki.names(self.cert("apiserver"))
 
@@ -106,14 +117,16 @@ class TenantPki:
 
 
 # what a renewal keeps as it was: the rotation's state and the CAs and keys a rotation has in flight
-_KEPT = (rotation.STATE_FILE, "client-ca-next.crt", "client-ca-next.key", "client-ca-previous.crt",
+_KEPT = (SERVICE_CIDR_FILE, rotation.STATE_FILE, "client-ca-next.crt", "client-ca-next.key", "client-ca-previous.crt",
          "client-ca-previous.key", "sa-next.key", "sa-previous.key")
 
 
-def generate(sans: list[str], previous: TenantPki | None = None) -> TenantPki:
-    """A full PKI; with ``previous``, its CAs and service-account keys are kept (renewal), and so is where
-    a rotation of either stands."""
+def generate(sans: list[str], previous: TenantPki | None = None, service_cidr: str | None = None) -> TenantPki:
+    """A full PKI; with ``previous``, its CAs and service-account keys are kept (renewal), and so are where
+    a rotation of either stands and the Services range. ``service_cidr`` gives a new PKI a range of its own."""
     files: dict[str, bytes] = {}
+    if previous is None and service_cidr is not None:
+        files[SERVICE_CIDR_FILE] = service_cidr.encode()
     cas: dict[str, pki.KeyPair] = {}
     for stem, cn in (("ca", "kubernetes"), ("front-proxy-ca", "front-proxy-ca"), ("etcd-ca", "etcd-ca"),
                      ("client-ca", rotation.CLIENT_CA_CN)):

@@ -14,8 +14,19 @@ from apiserver import IMAGE
 from apiservice import install
 from apiservice.kubectl import Kubectl as InstallKubectl
 from apiservice.manifests import DEPLOYMENT, NAMESPACE
-from hack.harness import BIN, REPO, ApiServer, Etcd, HostCluster, Pki, binary, create_fake_nodes, free_port
-from hack.realnodes import RealNodeLab
+from hack.harness import (
+    BIN,
+    LAB_GATEWAY,
+    REPO,
+    ApiServer,
+    Etcd,
+    HostCluster,
+    Pki,
+    binary,
+    create_fake_nodes,
+    free_port,
+)
+from hack.realnodes import CONTROL_PLANE_ROLE, REAL_NODE_LABEL, RealNodeLab
 
 IN_CLUSTER_OVERLAY = REPO / "hack" / "in-cluster"  # deploy/cluster-agent fitted to the real-node lab
 
@@ -65,8 +76,14 @@ class Stack:
                 "--node-joiner", "agent", "--node-agent-ca-file", str(agents / "node-agent-ca.crt"),
                 "--node-agent-client-cert-file", str(agents / "node-agent-client.crt"),
                 "--node-agent-client-key-file", str(agents / "node-agent-client.key"),
-                "--snapshot-volume-size", "1Gi", *self.extra_args]
-        args = ["--control-plane-runtime", self.runtime, "--runtime-dir", str(self.root / "tenants"),
+                "--snapshot-volume-size", "1Gi",
+                # shared slices run as real containers on the real nodes (never on kwok's), either one
+                "--slice-node-selector", f"{REAL_NODE_LABEL}=true",
+                "--slice-tolerations", f"{CONTROL_PLANE_ROLE}:NoSchedule", *self.extra_args]
+        # the shared nodes' kubelet API where tenant apiservers reach this machine: the lab's gateway, or loopback
+        kubelet_api = ["--slice-kubelet-port", str(free_port()),
+                       "--slice-kubelet-address", LAB_GATEWAY if self.real_nodes else "127.0.0.1"]
+        args = ["--control-plane-runtime", self.runtime, "--runtime-dir", str(self.root / "tenants"), *kubelet_api,
                 "--runtime-bin-dir", str(BIN), "--encryption-key-file", str(self.root / "encryption.key"),
                 *self.extra_args]
         self.api = ApiServer(Pki(serving), self.etcd.url, p.vc_apiserver, self.root / "log" / "vc-apiserver.log",

@@ -30,6 +30,8 @@ from reconciler.options import SliceConfig
 from reconciler.quota import QuotaRecount
 from reconciler.runtime.base import ControlPlaneRuntime, RuntimeFailure
 from reconciler.runtime.process import ProcessRuntime
+from reconciler.shared.kubeletapi import KubeletApi
+from reconciler.shared.ranges import ServiceRanges
 from reconciler.shared.slices import SharedSlices
 
 log = logging.getLogger(__name__)
@@ -60,13 +62,20 @@ class Manager:
             self.nodes = NodePromoter(host, joiner, events)
         slices = slices or SliceConfig()
         self.slices = SharedSlices(host, events, slices.overcommit, slices.placement) if host is not None else None
+        self.kubelet_api: KubeletApi | None = None
+        if self.slices is not None and host is not None and slices.kubelet_port and slices.tls is not None:
+            self.kubelet_api = KubeletApi(host, self.slices.tenants, "0.0.0.0", slices.kubelet_port, *slices.tls)
+            self.slices.serve_kubelet_api(self.kubelet_api, slices.kubelet_address)
+        ranges = ServiceRanges(host, slices.service_ranges) if host is not None else None
         self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes,
-                                                 self.slices, host, credentials, Rotations(rotation_overlap))
+                                                 self.slices, host, credentials, Rotations(rotation_overlap), ranges)
         self.quota = QuotaRecount(host, registry) if host is not None else None
         self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        if self.kubelet_api is not None:  # in every replica: the leader's slices point their tenants here
+            await self.kubelet_api.start()
         self._task = asyncio.create_task(self.elector.run(self._lead), name="reconciler")
 
     async def stop(self) -> None:
@@ -75,6 +84,8 @@ class Manager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.elector.release()
+        if self.kubelet_api is not None:
+            await self.kubelet_api.stop()
 
     async def _lead(self) -> None:
         """Run while leader; cancelled the moment leadership is lost."""

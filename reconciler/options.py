@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from apiserver import IMAGE
 from apiserver.machinery.optiongroups import OptionSet
 from reconciler.shared.placement import Placement, PlacementError
+from reconciler.shared.ranges import DEFAULT_POOL, DEFAULT_PREFIX, Pool
 
 if TYPE_CHECKING:
     from apiserver.kubeclient.client import KubeClient
@@ -251,6 +252,10 @@ class SliceConfig:
 
     overcommit: float = 1.0
     placement: Placement = field(default_factory=Placement)
+    service_ranges: Pool = field(default_factory=Pool)
+    kubelet_port: int = 0  # the shared nodes' kubelet API (0: not served)
+    kubelet_address: str = ""  # where tenant apiservers reach it
+    tls: tuple[str, str] | None = None  # its serving certificate and key (the server's own)
 
 
 @dataclass(frozen=True)
@@ -262,6 +267,10 @@ class SliceOptions:
     slice_overcommit: float
     slice_node_selector: str
     slice_tolerations: str
+    slice_service_cidrs: str
+    slice_service_cidr_prefix: int
+    slice_kubelet_port: int
+    slice_kubelet_address: str
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
@@ -276,6 +285,18 @@ class SliceOptions:
         p.add_argument("--slice-tolerations", default="",
                        help="taints of the slice node pool that slices' pods tolerate: key[=value]:Effect, "
                             "comma-separated")
+        p.add_argument("--slice-service-cidrs", default=DEFAULT_POOL,
+                       help="the pool each tenant made with a shared slice gets its Services range from, which the "
+                            "host serves as a ServiceCIDR so that its proxies carry the tenant's Services; must "
+                            "overlap no range of the host, and should sort after the host's own")
+        p.add_argument("--slice-service-cidr-prefix", type=int, default=DEFAULT_PREFIX,
+                       help="the size of each tenant's range in the pool, as a prefix length (22: 1,022 Services)")
+        p.add_argument("--slice-kubelet-port", type=int, default=0,
+                       help="the port of the shared nodes' kubelet API, which tenant apiservers use for logs, exec, "
+                            "attach and port-forward of slice pods (0: not served)")
+        p.add_argument("--slice-kubelet-address", default="",
+                       help="the address tenant apiservers reach that port at (this server's pod IP in a cluster); "
+                            "default: 127.0.0.1, where the process runtime's tenant apiservers run")
 
     def validate(self) -> list[str]:
         problems = [] if self.slice_overcommit > 0 else [
@@ -284,11 +305,19 @@ class SliceOptions:
             Placement.from_flags(self.slice_node_selector, self.slice_tolerations)
         except PlacementError as e:
             problems.append(str(e))
+        try:
+            Pool(self.slice_service_cidrs, self.slice_service_cidr_prefix)
+        except ValueError as e:
+            problems.append(f"--slice-service-cidrs/--slice-service-cidr-prefix: {e}")
+        if not 0 <= self.slice_kubelet_port <= 65535:
+            problems.append(f"--slice-kubelet-port must be a port (0 to 65535), got {self.slice_kubelet_port}")
         return problems
 
     def to_config(self) -> SliceConfig:
         return SliceConfig(self.slice_overcommit, Placement.from_flags(self.slice_node_selector,
-                                                                       self.slice_tolerations))
+                                                                       self.slice_tolerations),
+                           Pool(self.slice_service_cidrs, self.slice_service_cidr_prefix),
+                           self.slice_kubelet_port, self.slice_kubelet_address or "127.0.0.1")
 
 
 # -- the whole ------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ _counter = itertools.count()
 # measured (.local/test-durations.txt), not promised.
 SHARED_LABS = {
     "real-nodes": ("test_real_lifecycle.py", "test_in_cluster.py", "test_real_nodes.py", "test_images.py",
-                   "test_real_rotation.py"),
+                   "test_real_rotation.py", "test_slice_apps.py"),
     "differential": ("test_differential.py", "test_managedfields_differential.py"),
     "playground": ("test_docs.py", "test_metering.py", "test_kubectl_plugin.py"),  # one process_host, as `make up` starts it
 }
@@ -124,9 +124,13 @@ class Kubectl:
     kubeconfig: Path
     host_namespaces: bool = False  # through a host: namespaces must exist there before use
 
+    def argv(self, *args: str) -> list[str]:
+        """The command line of kubectl ``args`` (for one that streams: ``logs -f``, ``attach``, ``port-forward``)."""
+        return [str(binary("kubectl")), "--kubeconfig", str(self.kubeconfig), *args]
+
     def run(self, *args: str, input: str | None = None, check: bool = True,
             timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([binary("kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+        proc = subprocess.run(self.argv(*args),
                               input=input, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")

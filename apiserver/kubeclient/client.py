@@ -9,9 +9,11 @@ not answer in time, or no credential could be had to ask it with: :class:`Creden
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -112,6 +114,21 @@ class KubeClient:
         if status >= 400:
             raise HostError(status, decoded if isinstance(decoded, dict) else {"message": str(decoded)})
         return decoded
+
+    async def dial(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, dict[str, str]]:
+        """A connection of its own to the cluster, and the headers that authenticate on it: for what is not
+        one JSON request, such as a relayed stream (exec, attach, port-forward, a followed log)."""
+        auth = await self.credentials.current()
+        url = urlsplit(self.access.server)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                url.hostname, port, ssl=auth.ssl if url.scheme == "https" else None,
+                server_hostname=(self.access.tls_server_name or url.hostname) if url.scheme == "https" else None), 5)
+        except (TimeoutError, OSError) as e:
+            raise HostUnavailable(f"{self.server}: {type(e).__name__}: {e}") from e
+        headers = {"Host": url.netloc, "User-Agent": self.user_agent, **self._headers(auth)}
+        return reader, writer, headers
 
     async def get(self, path: str, **params: str) -> Any:
         return await self.request("GET", path, params=params or None)

@@ -6,7 +6,8 @@
   python -m hack.images lock                            re-pin vc-apiserver's dependencies (requirements.txt)
 
 `import` builds first what is not built yet. NAME is a short name: pause, busybox, etcd,
-kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, coredns, vc-apiserver.
+kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, coredns, local-path-provisioner,
+kubectl, vc-apiserver.
 """
 
 from __future__ import annotations

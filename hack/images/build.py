@@ -158,6 +158,16 @@ def kube_image(component: str) -> Recipe:
                   {"Env": [f"PATH={PATH}"], "Entrypoint": ["/go-runner"], "WorkingDir": "/"})
 
 
+def kubectl() -> Recipe:
+    """Upstream's kubectl image: the static binary on a distroless root, kubectl the entrypoint (a workload
+    that talks to its cluster from a pod, through its service-account token)."""
+    def layers(ctx: Context, work: Path) -> Layers:
+        tree = base_files(oci.Tree()).file("bin/kubectl", source=binary("kubectl"), mode=0o755)
+        return [("base files + /bin/kubectl", tree)]
+    return Recipe("kubectl", f"registry.k8s.io/kubectl:{versions.KUBERNETES_VERSION}", static_binary_inputs("kubectl"),
+                  layers, {"Env": [f"PATH={PATH}"], "Entrypoint": ["kubectl"], "WorkingDir": "/"})
+
+
 # kube-proxy's root: what distroless-iptables has for it, from Debian's packages. Debian's iptables
 # package holds both backends (xtables-legacy-multi, xtables-nft-multi); its postinst would point
 # the names at nft with update-alternatives, as on Debian 12 hosts, and so does this image.
@@ -429,7 +439,7 @@ def vc_apiserver() -> Recipe:
 def recipes() -> list[Recipe]:
     return [pause(), busybox(), etcd(), *(kube_image(c) for c in ("kube-apiserver", "kube-controller-manager",
                                                                    "kube-scheduler")),
-            kube_proxy(), coredns(), local_path_provisioner(), vc_apiserver()]
+            kube_proxy(), coredns(), local_path_provisioner(), kubectl(), vc_apiserver()]
 
 
 # -- building -----------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from apiserver.machinery.jsonutil import Obj
 from reconciler import versions
 from reconciler.runtime.base import FIELD_MANAGER
 from reconciler.shared.names import SHARED_NODE
+from reconciler.shared.ranges import dns_address
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +63,6 @@ COREFILE = """.:53 {
 """
 
 
-def dns_service_ip(service_cidr: str) -> str:
-    """The tenth address of the service range, as kubeadm chooses it."""
-    return str(ipaddress.ip_network(service_cidr, strict=False).network_address + 10)
 
 
 def _meta(name: str, addon: str, namespace: str | None = NAMESPACE, **labels: str) -> Obj:
@@ -178,7 +176,7 @@ def coredns(service_cidr: str, replicas: int = 2) -> list[Obj]:
                           "name": "coredns", "items": [{"key": "Corefile", "path": "Corefile"}]}}]}}}},
         {"apiVersion": "v1", "kind": "Service",
          "metadata": _meta("kube-dns", "coredns", **labels, **{"kubernetes.io/name": "CoreDNS"}),
-         "spec": {"clusterIP": dns_service_ip(service_cidr), "selector": labels,
+         "spec": {"clusterIP": dns_address(service_cidr), "selector": labels,
                   "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
                             {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
                             {"name": "metrics", "port": 9153, "protocol": "TCP", "targetPort": 9153}]}},
@@ -210,15 +208,16 @@ def kubernetes_endpoints(endpoint: str) -> list[Obj]:
     ]
 
 
-# A shared slice's node is no machine: node agents (kube-proxy) and CoreDNS stay off it.
+# A shared slice's node is no machine: node agents (kube-proxy) stay off it. CoreDNS runs there like any
+# tenant workload (the host's proxies carry a slice's Services, kube-dns among them).
 NOT_ON_A_SHARED_SLICE = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": SHARED_NODE, "operator": "DoesNotExist"}]}]}}
 
 
 def manifests(endpoint: str, service_cidr: str) -> list[Obj]:
     """Every add-on object of a tenant whose apiserver nodes reach at ``endpoint``."""
-    return [*kubernetes_endpoints(endpoint),
-            *only_on([*kube_proxy(endpoint), *coredns(service_cidr)], NOT_ON_A_SHARED_SLICE)]
+    return [*kubernetes_endpoints(endpoint), *only_on(kube_proxy(endpoint), NOT_ON_A_SHARED_SLICE),
+            *coredns(service_cidr)]
 
 
 def only_on(objs: list[Obj], node_affinity: Obj) -> list[Obj]:
@@ -244,18 +243,17 @@ class AddonInstaller:
     """Applies each tenant's add-ons once it has a node, and again only when they change (or after a
     restart): the digest of what was last applied is kept per tenant (by uid)."""
 
-    def __init__(self, service_cidr: str) -> None:
-        self.service_cidr = service_cidr
+    def __init__(self) -> None:
         self._applied: dict[str, str] = {}
 
     def forget(self, uid: str) -> None:
         self._applied.pop(uid, None)
 
-    async def ensure(self, vc: VirtualCluster, tenant: KubeClient, endpoint: str) -> None:
+    async def ensure(self, vc: VirtualCluster, tenant: KubeClient, endpoint: str, service_cidr: str) -> None:
         """A tenant that refuses them is retried on the next pass: its nodes and control plane are fine
-        meanwhile."""
+        meanwhile. ``service_cidr`` is the tenant's Services range (kube-dns is at its tenth address)."""
         meta = vc.meta
-        objs = manifests(endpoint, self.service_cidr)
+        objs = manifests(endpoint, service_cidr)
         key = digest(objs)
         if self._applied.get(meta.uid) == key:
             return

@@ -39,7 +39,7 @@ from reconciler.controlplane.status import Observed, Outcome, Stopping
 from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
 from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
-from reconciler.runtime.flags import SERVICE_CIDR
+from reconciler.shared.ranges import NoRange, ServiceRanges, first_address
 from reconciler.shared.slices import SharedSlices
 from reconciler.shared.syncer import SliceReport
 from reconciler.tenantapi import admin_client
@@ -63,17 +63,12 @@ class Backoff(Exception):
     says so, and the work queue retries with exponential back-off."""
 
 
-def service_ip(cidr: str = SERVICE_CIDR) -> str:
-    base, _ = cidr.split("/")
-    parts = base.split(".")
-    return ".".join([*parts[:3], str(int(parts[3]) + 1)])
-
-
 class ControlPlaneController:
     def __init__(self, registry: Registry, runtime: ControlPlaneRuntime | None, secrets: SecretStore | None,
                  events: EventRecorder, nodes: NodePromoter | None = None,
                  slices: SharedSlices | None = None, host: KubeClient | None = None,
-                 credentials: Registry | None = None, rotations: Rotations | None = None) -> None:
+                 credentials: Registry | None = None, rotations: Rotations | None = None,
+                 ranges: ServiceRanges | None = None) -> None:
         self.registry = registry
         self.credentials = credentials  # the issued credentials (a client CA rotation's end deletes the dead)
         self.rotations = rotations or Rotations()
@@ -83,7 +78,8 @@ class ControlPlaneController:
         self.runtime = runtime
         self.secrets = secrets
         self.events = events
-        self.addons = AddonInstaller(SERVICE_CIDR)
+        self.ranges = ranges  # Services ranges of their own, for tenants made with a shared slice
+        self.addons = AddonInstaller()
         self.inactivity = InactivityClock()
         self._unanswered: dict[str, int] = {}  # by uid: consecutive unanswered checks of a ready control plane
 
@@ -119,17 +115,33 @@ class ControlPlaneController:
         await self._finish(vc, status.built(vc.raw, seen, runtime.name, now_rfc3339()))
 
     async def _pki(self, vc: VirtualCluster, runtime: ControlPlaneRuntime, secrets: SecretStore) -> TenantPki:
-        """The tenant's PKI, made or renewed when it nears expiry or no longer names every address."""
+        """The tenant's PKI, made or renewed when it nears expiry or no longer names every address. A tenant
+        made with a shared slice gets a Services range of its own with it (:mod:`reconciler.shared.ranges`)."""
         meta = vc.meta
-        sans = tenantpki.apiserver_sans(runtime.endpoint_host(vc.raw), vc.spec.external_ips, service_ip())
         current = await load_pki(secrets, vc.raw)
+        cidr = current.service_cidr if current is not None else await self._service_range(vc)
+        sans = tenantpki.apiserver_sans(runtime.endpoint_host(vc.raw), vc.spec.external_ips,
+                                        first_address(cidr or tenantpki.SHARED_SERVICE_CIDR))
         if current is not None:
             if not current.needs_renewal() and set(sans) <= current.sans():
                 return current
             log.info("renewing the PKI of %s/%s", meta.namespace, meta.name)
-        fresh = await asyncio.to_thread(tenantpki.generate, sans, current)
+        fresh = await asyncio.to_thread(tenantpki.generate, sans, current, cidr)
         await secrets.put(PKI_KIND, meta.namespace, meta.name, {**fresh.files, "uid": meta.uid.encode()})
         return fresh
+
+    async def _service_range(self, vc: VirtualCluster) -> str | None:
+        """A block of the slice pool for a tenant made with a shared slice; None for any other (it keeps the
+        range promoted nodes' kubelets expect)."""
+        if vc.spec.slice is None or self.ranges is None:
+            return None
+        try:
+            return await self.ranges.claim(vc.raw)
+        except NoRange as e:
+            raise RuntimeFailure("NoServiceRange", str(e)) from None
+        except (HostError, HostUnavailable) as e:
+            raise RuntimeFailure("ServiceRangeUnclaimed", f"the host's ServiceCIDRs could not be read or "
+                                                          f"written: {e}") from None
 
     async def _observe(self, vc: VirtualCluster, runtime: ControlPlaneRuntime, secrets: SecretStore) -> Observed:
         """Build, adopt or repair the control plane, then its nodes; what was found, for the status."""
@@ -152,9 +164,9 @@ class ControlPlaneController:
         try:  # nodes follow the spec (scaled to zero: every node goes back)
             if self.nodes is not None and (wants_nodes or vc.status.promoted_nodes):
                 report = await self.nodes.reconcile(vc.raw, tenant)
-                if report.ready:
-                    await self.addons.ensure(vc, tenant, state.endpoint)
-            shared = await self._slice(vc, slice_, pki, tenant, state.endpoint)
+            shared = await self._slice(vc, slice_, pki, tenant, state.endpoint, runtime)
+            if (report is not None and report.ready) or (shared is not None and shared.ready):
+                await self.addons.ensure(vc, tenant, state.endpoint, pki.service_cidr)
         except (HostUnavailable, HostError) as e:
             _raise_unless_unreachable(e)
             return Observed(state=state, unreachable=str(e), rotation=rotating)
@@ -204,12 +216,12 @@ class ControlPlaneController:
                                               WriteOptions(field_manager=FIELD_MANAGER))
 
     async def _slice(self, vc: VirtualCluster, slice_: dict[str, str] | None, pki: TenantPki, tenant: KubeClient,
-                     endpoint: str) -> SliceReport | None:
+                     endpoint: str, runtime: ControlPlaneRuntime) -> SliceReport | None:
         """The shared slice's syncer runs while the spec asks for one; without one any slice left goes."""
         if self.slices is None:
             return None
         if slice_ is not None:
-            return await self.slices.ensure(vc.raw, slice_, pki, endpoint)
+            return await self.slices.ensure(vc.raw, slice_, pki, endpoint, await runtime.pod_addresses(vc.raw))
         if self.slices.may_hold(vc.raw):
             await self.slices.remove(vc.raw, tenant)
         return None
@@ -314,6 +326,13 @@ class ControlPlaneController:
             await self.runtime.teardown(meta.namespace, meta.name)
         if self.secrets is not None:
             await self.secrets.delete(PKI_KIND, meta.namespace, meta.name)
+        if self.ranges is not None:
+            try:
+                await self.ranges.release(vc.raw)
+            except (HostUnavailable, HostError) as e:
+                _raise_unless_unreachable(e)
+                await self._finish(vc, status.unreachable(vc.raw, NODES_READY, str(e), now_rfc3339()))
+                return
         remaining = [f for f in meta.finalizers if f != FINALIZER]
         await self._patch(vc, {"metadata": {"finalizers": remaining or None}})
         log.info("deleted %s/%s: control plane removed, finalizer released", meta.namespace, meta.name)

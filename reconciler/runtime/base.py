@@ -68,6 +68,11 @@ class ControlPlaneRuntime(Protocol):
     def endpoint_host(self, vc: Obj) -> str:
         """The host the tenant apiserver is reached at (a SAN of its certificate)."""
 
+    async def pod_addresses(self, vc: Obj) -> list[tuple[str, int]]:
+        """Where a pod in the host reaches the tenant apiserver with no proxy in between (a slice's pods, through
+        the host Service of the tenant's ``kubernetes``): ready apiserver pods, or a process's routable address;
+        none when it is only on loopback."""
+
     async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
         """Create, adopt or repair the control plane; idempotent; never waits for readiness. A
         hibernated control plane is woken by it: started again from the data it kept."""

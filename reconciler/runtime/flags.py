@@ -12,9 +12,8 @@ from __future__ import annotations
 from reconciler.runtime import audit
 from reconciler.runtime.tuning import TenantTuning
 
-__all__ = ["ENDPOINT_DRAIN", "SERVICE_CIDR", "apiserver_flags", "controller_manager_flags", "kubelet_client_flags", "scheduler_flags"]
+__all__ = ["ENDPOINT_DRAIN", "apiserver_flags", "controller_manager_flags", "kubelet_client_flags", "scheduler_flags"]
 
-SERVICE_CIDR = "10.96.0.0/16"  # every tenant's Services; its first address is the kubernetes Service's
 # Controllers for what a tenant does not have: node IP ranges (nodes come with theirs), a cloud's nodes
 # and load balancers.
 CONTROLLERS = "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller"
@@ -37,8 +36,9 @@ def kubelet_client_flags(pki_dir: str) -> list[str]:
 
 def apiserver_flags(pki: str, *, bind: str, advertise: str, port: int, etcd_servers: str, audit_policy: str,
                     audit_log: str, authorization_config: str, tuning: TenantTuning,
-                    handover: list[str]) -> list[str]:
-    """kube-apiserver's flags, its certificates and keys in directory ``pki``; ``audit_log`` a file or ``-``;
+                    handover: list[str], service_cidr: str) -> list[str]:
+    """kube-apiserver's flags, its certificates and keys in directory ``pki``; ``service_cidr`` the tenant's
+    Services range (:attr:`certs.tenant.TenantPki.service_cidr`); ``audit_log`` a file or ``-``;
     ``authorization_config`` the file :func:`reconciler.runtime.authz.authorization_config` wrote;
     ``handover`` how it leaves when it is replaced (:data:`ENDPOINT_DRAIN` behind a Service)."""
     return [
@@ -56,7 +56,7 @@ def apiserver_flags(pki: str, *, bind: str, advertise: str, port: int, etcd_serv
         f"--proxy-client-key-file={pki}/front-proxy-client.key",
         "--service-account-issuer=https://kubernetes.default.svc",
         f"--service-account-key-file={pki}/sa.pub", f"--service-account-signing-key-file={pki}/sa.key",
-        f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
+        f"--service-cluster-ip-range={service_cidr}", "--allow-privileged=true", "--profiling=false",
         *kubelet_client_flags(pki), "--enable-admission-plugins=NodeRestriction", "--v=1",
         *handover, *tuning.apiserver_flags(), *audit.flags(audit_policy, audit_log)]
 
@@ -68,12 +68,13 @@ def _client_component(kubeconfig: str, bind: str, port: int, leader_elect: bool,
             f"--leader-elect={str(leader_elect).lower()}", *own, "--profiling=false", "--v=1"]
 
 
-def controller_manager_flags(keys: str, kubeconfig: str, *, bind: str, port: int, leader_elect: bool) -> list[str]:
+def controller_manager_flags(keys: str, kubeconfig: str, *, bind: str, port: int, leader_elect: bool,
+                             service_cidr: str) -> list[str]:
     """kube-controller-manager's flags; ``keys`` holds the CA's pair and the service-account key."""
     return _client_component(kubeconfig, bind, port, leader_elect, [
         f"--service-account-private-key-file={keys}/sa.key", f"--root-ca-file={keys}/ca.crt",
         f"--cluster-signing-cert-file={keys}/ca.crt", f"--cluster-signing-key-file={keys}/ca.key",
-        "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--use-service-account-credentials=true", f"--service-cluster-ip-range={service_cidr}",
         f"--controllers={CONTROLLERS}"])
 
 

@@ -13,8 +13,10 @@ from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery.jsonutil import Obj
 from certs.tenant import TenantPki
 from reconciler.shared import capacity, names, translate
+from reconciler.shared.kubeletapi import KubeletApi, Tenant
 from reconciler.shared.placement import Placement
 from reconciler.shared.syncer import SliceReport, SliceSyncer, remove_namespace
+from reconciler.shared.translate import TenantNetwork
 from reconciler.tenantapi import admin_client
 from reconciler.versions import KUBERNETES_VERSION
 
@@ -41,6 +43,17 @@ class SharedSlices:
         self.overcommit = overcommit  # how many times the slice pool's allocatable may be promised
         self.placement = placement or Placement()  # the host's slice node pool
         self._syncers: dict[str, SliceSyncer] = {}
+        self._kubelet_api: KubeletApi | None = None
+        self._kubelet_address = ""
+
+    def serve_kubelet_api(self, api: KubeletApi, address: str) -> None:
+        """Slices' nodes point their tenant apiservers at ``api`` (reached at ``address``)."""
+        self._kubelet_api = api
+        self._kubelet_address = address
+
+    def tenants(self) -> list[Tenant]:
+        """The slices that run here, for the kubelet API."""
+        return [s.kubelet_tenant for s in self._syncers.values() if s.kubelet_tenant is not None]
 
     def running(self, vc: Obj) -> bool:
         return VirtualCluster(vc).meta.uid in self._syncers
@@ -51,8 +64,10 @@ class SharedSlices:
         view = VirtualCluster(vc)
         return self.running(vc) or view.spec.slice is not None or view.status.shared_resources is not None
 
-    async def ensure(self, vc: Obj, slice_: dict[str, str], pki: TenantPki, endpoint: str) -> SliceReport:
-        """The slice's syncer runs (started on first sight, resized on a change); what it reports."""
+    async def ensure(self, vc: Obj, slice_: dict[str, str], pki: TenantPki, endpoint: str,
+                     api_addresses: list[tuple[str, int]] | None = None) -> SliceReport:
+        """The slice's syncer runs (started on first sight, resized on a change); what it reports.
+        ``api_addresses``: where the slice's pods reach the tenant apiserver (its ``kubernetes`` Service)."""
         meta = VirtualCluster(vc).meta
         syncer = self._syncers.get(meta.uid)
         namespace = names.host_namespace(vc)
@@ -67,12 +82,17 @@ class SharedSlices:
             return syncer.report
         if syncer is None:
             syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), KUBERNETES_VERSION,
-                                 self.events, self.placement)
+                                 self.events, self.placement, TenantNetwork(pki.service_cidr))
+            if self._kubelet_api is not None:
+                self._kubelet_api.trust(pki.files["ca.crt"])
+                syncer.kubelet_endpoint = (self._kubelet_address, self._kubelet_api.port)
+                syncer.kubelet_tenant = Tenant(meta.uid, pki.cert("ca"), syncer.namespace)
             self._syncers[meta.uid] = syncer
             syncer.start()
             log.info("shared slice of %s: %s in host namespace %s", meta.key, slice_, syncer.namespace)
         else:
             syncer.resize(vc, slice_)
+        syncer.reach_apiserver_at(api_addresses or [])
         return syncer.report
 
     async def stop(self, vc: Obj) -> None:

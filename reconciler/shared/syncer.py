@@ -1,4 +1,5 @@
-"""One slice's syncer: it plays the kubelet of the tenant's shared node.
+"""One slice's syncer: it plays the kubelet of the tenant's shared node, and the tenant's Services to the
+host's proxies.
 
 Level-triggered: a pass reads the tenant pods bound to the node and the host pods of the slice's
 namespace afresh and makes them correspond (create, update status, delete both ways, fail a started
@@ -25,10 +26,13 @@ from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery.jsonutil import Obj
-from apiserver.machinery.timefmt import now_rfc3339
+from apiserver.machinery.timefmt import now_rfc3339, parse_rfc3339, rfc3339
 from reconciler.shared import names, translate
+from reconciler.shared.kubeletapi import Tenant
 from reconciler.shared.names import NODE_NAME
 from reconciler.shared.placement import Placement
+from reconciler.shared.ranges import ServiceRanges
+from reconciler.shared.translate import TenantNetwork
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,9 @@ STATUS_REFRESH = 60.0  # seconds between node status heartbeats when nothing cha
 WRITES_IN_FLIGHT = 16  # host writes of one slice at a time
 RETRY = 5.0  # seconds until a pass that met an unanswering host is tried again
 POD_PATH = "/api/v1/namespaces/{}/pods"
+SERVICE_PATH = "/api/v1/namespaces/{}/services"
+ENDPOINTSLICE_PATH = "/apis/discovery.k8s.io/v1/namespaces/{}/endpointslices"
+TOKEN_REFRESH = 0.8  # of a token's life, when it is asked for again (a kubelet's rule)
 
 
 def _micro_now() -> str:
@@ -75,9 +82,13 @@ class SliceReport:
 class SliceSyncer:
     def __init__(self, vc: Obj, slice_: dict[str, str], host: KubeClient, tenant: KubeClient,
                  version: str = "v0.0.0", events: EventRecorder | None = None,
-                 placement: Placement | None = None) -> None:
+                 placement: Placement | None = None, network: TenantNetwork | None = None) -> None:
         self.vc = vc
         self.placement = placement
+        self.network = network or TenantNetwork()
+        self.api_addresses: list[tuple[str, int]] = []  # where pods reach the tenant apiserver directly
+        self.kubelet_endpoint: tuple[str, int] | None = None  # where the node's kubelet API is served
+        self.kubelet_tenant: Tenant | None = None  # what that API knows of this slice
         self.slice = dict(slice_)
         self.host = host
         self.tenant = tenant
@@ -94,6 +105,8 @@ class SliceSyncer:
         self._host: tuple[bool, str, str] = (False, self.report.reason, self.report.message)
         self._beat = asyncio.Event()
         self._seen_events: set[str] = set()
+        self._told: set[tuple[str, str]] = set()  # (tenant Service uid, message) of refusals already told
+        self._again = False  # something was refused this pass: the next comes after RETRY, not SCAN_PERIOD
         self._started_at = now_rfc3339()
         self.passes = 0
 
@@ -114,6 +127,13 @@ class SliceSyncer:
                                            name=f"slice host watch {label}"),
                        asyncio.create_task(self._watch(self.host, f"/api/v1/namespaces/{self.namespace}/resourcequotas"),
                                            name=f"slice quota watch {label}")]
+        if self.network.routed:  # the tenant's Services and their endpoints, and the host's copies of them
+            self._tasks += [
+                asyncio.create_task(self._watch(self.tenant, "/api/v1/services"), name=f"slice services {label}"),
+                asyncio.create_task(self._watch(self.tenant, "/apis/discovery.k8s.io/v1/endpointslices"),
+                                    name=f"slice endpointslices {label}"),
+                asyncio.create_task(self._watch(self.host, SERVICE_PATH.format(self.namespace)),
+                                    name=f"slice host services {label}")]
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -129,6 +149,12 @@ class SliceSyncer:
             self.slice = dict(slice_)
             self.report.capacity = translate.capacity(self.slice)
             self._status_written = 0.0
+            self._wake.set()
+
+    def reach_apiserver_at(self, addresses: list[tuple[str, int]]) -> None:
+        """The tenant apiserver moved (a new pod, another address): the ``kubernetes`` Service follows."""
+        if addresses != self.api_addresses:
+            self.api_addresses = list(addresses)
             self._wake.set()
 
     def poke(self) -> None:
@@ -149,8 +175,9 @@ class SliceSyncer:
         while True:
             self._wake.clear()
             try:
+                self._again = False
                 await self.sync()
-                delay = SCAN_PERIOD
+                delay = RETRY if self._again else SCAN_PERIOD
             except (HostError, HostUnavailable) as e:
                 log.warning("shared slice %s: %s", self.namespace, e)
                 delay = RETRY
@@ -268,7 +295,8 @@ class SliceSyncer:
             return
         ready, reason, message = self._host
         told = (self.report.ready, self.report.reason) != (ready, reason)
-        status = translate.node_status(self.slice, ready, reason, message, now_rfc3339(), self.version, current)
+        status = translate.node_status(self.slice, ready, reason, message, now_rfc3339(), self.version, current,
+                                       self.kubelet_endpoint)
         await self.tenant.patch(f"/api/v1/nodes/{NODE_NAME}/status", {"status": status},
                                 "application/strategic-merge-patch+json")
         self._status_written = loop.time()
@@ -284,6 +312,7 @@ class SliceSyncer:
         await self._check_host()
         self.passes += 1
         tenant_pods = (await self.tenant.get("/api/v1/pods", fieldSelector=f"spec.nodeName={NODE_NAME}"))["items"]
+        services = (await self.tenant.get("/api/v1/services"))["items"] if self.network.routed else []
         host_pods = (await self.host.get(POD_PATH.format(self.namespace)))["items"]  # foreign ones too: never ours
         by_name = {p["metadata"]["name"]: p for p in host_pods}
         wanted = set()
@@ -294,7 +323,7 @@ class SliceSyncer:
             hname = names.host_name(meta["namespace"], meta["name"])
             wanted.add(hname)
             host = by_name.get(hname)
-            step = self._decide(pod, host, creates)
+            step = self._decide(pod, host, creates, services)
             if step is not None:
                 steps.append(step)
         for name, host in by_name.items():
@@ -305,8 +334,11 @@ class SliceSyncer:
             await self._create_in_order(creates)
         await self._collect_copies(tenant_pods)
         await self._forward_events(tenant_pods)
+        if self.network.routed:
+            await self._services(services)
 
-    def _decide(self, pod: Obj, host: Obj | None, creates: list[tuple[Obj, Obj]]) -> Awaitable[None] | None:
+    def _decide(self, pod: Obj, host: Obj | None, creates: list[tuple[Obj, Obj]],
+                services: list[Obj]) -> Awaitable[None] | None:
         """The one step a tenant pod needs (a kubelet's decision table, in the design's order)."""
         meta = pod["metadata"]
         phase = (pod.get("status") or {}).get("phase")
@@ -330,7 +362,7 @@ class SliceSyncer:
             if not self._host[0]:
                 return None  # no pod before the quota is accounted
             try:
-                creates.append((pod, translate.host_pod(self.vc, pod, self.placement)))
+                creates.append((pod, translate.host_pod(self.vc, pod, self.placement, self.network, services)))
             except translate.Refused as e:
                 return self._refuse(pod, e.reason, e.message)
             return None
@@ -361,6 +393,7 @@ class SliceSyncer:
                 return
             try:
                 await self._copy_references(pod)
+                await self._tokens(pod)
                 await self.host.create(POD_PATH.format(self.namespace), host)
             except _Missing as e:
                 await self._pending(pod, "MissingReference", str(e), event=True)
@@ -427,7 +460,7 @@ class SliceSyncer:
     # -- ConfigMaps and Secrets ----------------------------------------------------------------
 
     async def _copy_references(self, pod: Obj) -> None:
-        refs = translate.references(pod)
+        refs = translate.references(pod, self.network)
         ns = pod["metadata"]["namespace"]
         for kind, wanted in (("ConfigMap", refs.configmaps), ("Secret", refs.secrets)):
             plural = "configmaps" if kind == "ConfigMap" else "secrets"
@@ -466,19 +499,166 @@ class SliceSyncer:
                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         used: dict[str, set[str]] = {"configmaps": set(), "secrets": set()}
         for pod in live:
-            refs = translate.references(pod)
+            refs = translate.references(pod, self.network)
             ns = pod["metadata"]["namespace"]
             used["configmaps"] |= {names.host_name(ns, n) for n in refs.configmaps}
             used["secrets"] |= {names.host_name(ns, n) for n in refs.secrets}
+            if self.network.routed and translate.token_asks(pod):
+                used["secrets"].add(translate.token_secret_name(pod))
+        listed: dict[str, Obj] = {}
         for plural, keep in used.items():
             copies = (await self.host.get(f"/api/v1/namespaces/{self.namespace}/{plural}",
                                           labelSelector=f"{names.VC_UID}={self.uid}"))["items"]
+            if plural == "secrets":
+                listed = {c["metadata"]["name"]: c for c in copies}
             for c in copies:
                 if c["metadata"]["name"] not in keep and names.owned_by(c, self.uid):
                     with contextlib.suppress(HostError):
                         await self.host.delete(f"/api/v1/namespaces/{self.namespace}/{plural}/{c['metadata']['name']}")
         refresh = [self._copy_references(p) for p in live if translate.started(p)]
+        if self.network.routed:
+            refresh += [self._tokens(p, listed.get(translate.token_secret_name(p))) for p in live
+                        if translate.started(p) and translate.token_asks(p)]
         await self._all([_ignore_missing(r) for r in refresh])
+
+    # -- service-account tokens ----------------------------------------------------------------
+
+    async def _tokens(self, pod: Obj, have: Obj | None = None) -> None:
+        """The pod's tokens, asked of the tenant (TokenRequest for its ServiceAccount, bound to the tenant pod,
+        with each source's audience and expiry), in the host Secret its host pod mounts (``have``, when the
+        pass listed it already); asked again once the first reaches 80% of its life. A tenant that refuses
+        (a missing ServiceAccount) holds the pod back."""
+        asks = translate.token_asks(pod) if self.network.routed else []
+        if not asks:
+            return
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{self.namespace}/secrets/{translate.token_secret_name(pod)}"
+        if have is None:
+            try:
+                have = await self.host.get(path)
+            except HostError as e:
+                if e.code != 404:
+                    raise
+        if have is not None:
+            if not names.owned_by(have, self.uid):
+                raise _Missing(f"a host Secret {self.namespace}/{have['metadata']['name']} that this slice did not "
+                               f"create is in the way of the pod's service-account token")
+            due = (have["metadata"].get("annotations") or {}).get(names.REFRESH_AT, "")
+            if due and parse_rfc3339(due) > dt.datetime.now(dt.UTC):
+                return
+        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        tokens: dict[str, str] = {}
+        refresh: dt.datetime | None = None
+        for ask in asks:
+            issued = dt.datetime.now(dt.UTC)
+            body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                    "spec": {"audiences": [ask.audience] if ask.audience else [], "expirationSeconds": ask.expiration,
+                             "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                                "uid": meta["uid"]}}}
+            try:
+                answer = await self.tenant.create(
+                    f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token", body)
+            except HostError as e:
+                if e.code in (403, 404, 422):
+                    raise _Missing(f"the tenant issued no token for ServiceAccount {meta['namespace']}/{account}: "
+                                   f"{e.message}") from None
+                raise
+            tokens[ask.key] = answer["status"]["token"]
+            expires = parse_rfc3339(answer["status"]["expirationTimestamp"])
+            due_at = issued + (expires - issued) * TOKEN_REFRESH
+            refresh = due_at if refresh is None else min(refresh, due_at)
+        assert refresh is not None
+        want = translate.token_secret(self.vc, pod, tokens, rfc3339(refresh))
+        if have is None:
+            await self.host.create(f"/api/v1/namespaces/{self.namespace}/secrets", want)
+        else:
+            want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+            await self.host.request("PUT", path, body=want)
+
+    # -- Services ------------------------------------------------------------------------------
+
+    async def _services(self, services: list[Obj]) -> None:
+        """Each tenant Service with a ClusterIP has a host Service at the same address, and each of its
+        EndpointSlices a host one with the same endpoints: the host's proxies carry the tenant's traffic.
+        What no tenant object asks for any more goes; what the host refuses is told on the tenant Service."""
+        await ServiceRanges(self.host).ensure(self.vc, self.network.service_cidr)
+        selector = f"{names.VC_UID}={self.uid}"
+        have = {s["metadata"]["name"]: s for s in (await self.host.get(SERVICE_PATH.format(self.namespace),
+                                                                      labelSelector=selector))["items"]}
+        served: dict[tuple[str, str], str] = {}
+        steps: list[Awaitable[None]] = []
+        for svc in services:
+            want = translate.host_service(self.vc, svc)
+            if want is None:
+                continue
+            meta = svc["metadata"]
+            served[(meta["namespace"], meta["name"])] = want["metadata"]["name"]
+            steps.append(self._service(svc, want, have.get(want["metadata"]["name"])))
+        for name, obj in have.items():
+            if name not in served.values() and names.owned_by(obj, self.uid):
+                steps.append(self._delete(SERVICE_PATH.format(self.namespace), name))
+        await self._all(steps)
+        slices = (await self.tenant.get("/apis/discovery.k8s.io/v1/endpointslices"))["items"]
+        have_slices = {s["metadata"]["name"]: s for s in (await self.host.get(
+            ENDPOINTSLICE_PATH.format(self.namespace), labelSelector=selector))["items"]}
+        wanted: set[str] = set()
+        steps = []
+        api = served.get(("default", "kubernetes"))
+        if api is not None and self.api_addresses:  # not the address nodes use: one a pod reaches directly
+            slices = [translate.apiserver_endpointslice(self.api_addresses),
+                      *(s for s in slices if (s["metadata"]["namespace"], s["metadata"]["name"]) != ("default", "kubernetes"))]
+        for es in slices:
+            meta = es["metadata"]
+            service = served.get((meta["namespace"], (meta.get("labels") or {}).get("kubernetes.io/service-name", "")))
+            if service is None:
+                continue
+            want = translate.host_endpointslice(self.vc, es, service)
+            wanted.add(want["metadata"]["name"])
+            steps.append(self._endpointslice(want, have_slices.get(want["metadata"]["name"])))
+        for name, obj in have_slices.items():
+            if name not in wanted and names.owned_by(obj, self.uid):
+                steps.append(self._delete(ENDPOINTSLICE_PATH.format(self.namespace), name))
+        await self._all(steps)
+
+    async def _service(self, svc: Obj, want: Obj, have: Obj | None) -> None:
+        path = SERVICE_PATH.format(self.namespace)
+        name = want["metadata"]["name"]
+        try:
+            if have is not None:
+                change = translate.service_differs(have, want)
+                if not change:
+                    return
+                if change == "update":
+                    await self.host.request("PUT", f"{path}/{name}", body={
+                        **want, "metadata": {**want["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}})
+                    return
+                await self._delete(path, name)
+            await self.host.create(path, want)
+        except HostError as e:
+            if e.code == 409:
+                self._wake.set()  # made or changed meanwhile: look again
+                return
+            self._again = True
+            message = f"the host cannot carry this Service from the shared slice: {e.message}"
+            told = (svc["metadata"].get("uid", ""), message)
+            if told not in self._told:
+                self._told.add(told)
+                await self._tenant_event(svc, "Warning", "HostServiceRefused", message, kind="Service")
+
+    async def _endpointslice(self, want: Obj, have: Obj | None) -> None:
+        path = ENDPOINTSLICE_PATH.format(self.namespace)
+        if have is None:
+            await self.host.create(path, want)
+        elif translate.endpointslice_differs(have, want):
+            want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+            await self.host.request("PUT", f"{path}/{want['metadata']['name']}", body=want)
+
+    async def _delete(self, path: str, name: str) -> None:
+        try:
+            await self.host.delete(f"{path}/{name}")
+        except HostError as e:
+            if e.code != 404:
+                raise
 
     # -- events, up ----------------------------------------------------------------------------
 
@@ -498,12 +678,12 @@ class SliceSyncer:
             message = (e.get("message") or "").replace(self.namespace, pod["metadata"]["namespace"])
             await self._tenant_event(pod, e.get("type") or "Normal", e.get("reason") or "", message)
 
-    async def _tenant_event(self, pod: Obj, type_: str, reason: str, message: str) -> None:
-        meta = pod["metadata"]
+    async def _tenant_event(self, obj: Obj, type_: str, reason: str, message: str, kind: str = "Pod") -> None:
+        meta = obj["metadata"]
         now = now_rfc3339()
         event = {"apiVersion": "v1", "kind": "Event",
                  "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                 "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                 "involvedObject": {"apiVersion": "v1", "kind": kind, "name": meta["name"],
                                     "namespace": meta["namespace"], "uid": meta["uid"]},
                  "reason": reason, "message": message[:1024], "type": type_, "firstTimestamp": now,
                  "lastTimestamp": now, "count": 1, "source": {"component": "shared-slice", "host": NODE_NAME},

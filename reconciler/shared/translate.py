@@ -1,5 +1,6 @@
-"""The pure half of a slice: tenant pod → host pod, host pod status → tenant pod status, and the
-host objects (namespace, quota, limits) and the tenant Node a slice consists of. No I/O here."""
+"""The pure half of a slice: tenant pod → host pod, host pod status → tenant pod status, tenant Service
+and EndpointSlice → host ones, and the host objects (namespace, quota, limits) and the tenant Node a slice
+consists of. No I/O here."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import orjson
 from apiserver.apis.conditions import find_condition, is_true
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.machinery.jsonutil import Obj
+from certs.tenant import SHARED_SERVICE_CIDR
 from reconciler.shared import names
 from reconciler.shared.names import NODE_NAME
 from reconciler.shared.placement import Placement
+from reconciler.shared.ranges import dns_address, first_address
 
 PODS = "110"
 EPHEMERAL_STORAGE = "100Gi"
@@ -26,6 +29,30 @@ STRIPPED = ("nodeName", "nodeSelector", "affinity", "topologySpreadConstraints",
 REFUSED_VOLUMES = ("persistentVolumeClaim", "hostPath", "ephemeral", "csi", "iscsi", "nfs", "rbd", "cephfs",
                    "glusterfs", "fc", "flexVolume", "local")
 TENANT_OWNED_CONDITIONS = ("PodScheduled",)
+CLUSTER_DOMAIN = "cluster.local"
+TOKEN_EXPIRY = 3607  # seconds: what the tenant's admission asks for kube-api-access volumes, as a kubelet gets it
+ENDPOINTSLICE_MANAGER = f"{names.MANAGER}.{names.DOMAIN}"
+
+
+@dataclass(frozen=True)
+class TenantNetwork:
+    """What a slice's pods are given of their tenant's network. ``routed``: the tenant has a Services range of
+    its own, which the host's proxies carry (:mod:`reconciler.shared.ranges`); a tenant made before, or
+    without a slice, shares the range promoted nodes expect, which the host cannot carry."""
+
+    service_cidr: str = SHARED_SERVICE_CIDR
+
+    @property
+    def routed(self) -> bool:
+        return self.service_cidr != SHARED_SERVICE_CIDR
+
+    @property
+    def kubernetes_ip(self) -> str:
+        return first_address(self.service_cidr)
+
+    @property
+    def dns_ip(self) -> str:
+        return dns_address(self.service_cidr)
 
 
 class Refused(Exception):
@@ -80,8 +107,9 @@ def node(vc: Obj) -> Obj:
 
 
 def node_status(slice_: dict[str, str], ready: bool, reason: str, message: str, now: str, version: str,
-                previous: Obj | None = None) -> Obj:
-    """Capacity and allocatable are the slice, exactly; Ready says whether the host can run its pods."""
+                previous: Obj | None = None, kubelet: tuple[str, int] | None = None) -> Obj:
+    """Capacity and allocatable are the slice, exactly; Ready says whether the host can run its pods; the
+    tenant apiserver reaches the node's kubelet API at ``kubelet`` (:mod:`reconciler.shared.kubeletapi`)."""
     cap = capacity(slice_)
     old = find_condition(((previous or {}).get("status") or {}).get("conditions"), "Ready") or {}
     status = "True" if ready else "False"
@@ -94,8 +122,9 @@ def node_status(slice_: dict[str, str], ready: bool, reason: str, message: str, 
                  "lastHeartbeatTime": now, "lastTransitionTime": now} for t in ("MemoryPressure", "DiskPressure",
                                                                                   "PIDPressure")]
     return {"capacity": cap, "allocatable": cap, "conditions": [*pressure, ready_condition],
-            "addresses": [{"type": "Hostname", "address": NODE_NAME}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "addresses": [*([{"type": "InternalIP", "address": kubelet[0]}] if kubelet else []),
+                          {"type": "Hostname", "address": NODE_NAME}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet[1] if kubelet else 0}},
             "nodeInfo": {"kubeletVersion": version, "kubeProxyVersion": "", "operatingSystem": "linux",
                          "architecture": "amd64", "containerRuntimeVersion": "shared-slice://host",
                          "kernelVersion": "", "osImage": "shared slice of the host", "machineID": "",
@@ -128,17 +157,117 @@ def _containers(spec: Obj) -> list[Obj]:
 
 
 def _is_token_volume(volume: Obj) -> bool:
-    """The tenant's kube-api-access-* volume: a service account token for the tenant's apiserver, which
-    pods in a slice cannot reach yet (Services and DNS are the next cut)."""
+    """A projected volume with a service-account token of the tenant (kube-api-access-*, or one a workload
+    declares with its own audience and expiry)."""
     sources = (volume.get("projected") or {}).get("sources") or []
     return any("serviceAccountToken" in s for s in sources)
 
 
-def references(pod: Obj) -> References:
+@dataclass(frozen=True)
+class TokenAsk:
+    """One service-account token a pod's volumes project: its key in the host Secret that carries it."""
+
+    key: str
+    audience: str
+    expiration: int
+
+
+def token_asks(pod: Obj) -> list[TokenAsk]:
+    """The tokens the pod's projected volumes ask for, in order."""
+    asks = []
+    for v in (pod.get("spec") or {}).get("volumes") or []:
+        for i, s in enumerate((v.get("projected") or {}).get("sources") or []):
+            token = s.get("serviceAccountToken")
+            if token is not None:
+                asks.append(TokenAsk(f"{v['name']}.{i}", token.get("audience") or "",
+                                     int(token.get("expirationSeconds") or TOKEN_EXPIRY)))
+    return asks
+
+
+def token_secret_name(pod: Obj) -> str:
+    """The host Secret that carries a tenant pod's service-account tokens."""
+    meta = pod["metadata"]
+    return names.host_name(meta["namespace"], f"{meta['name']}.token")
+
+
+def token_secret(vc: Obj, pod: Obj, tokens: dict[str, str], refresh_at: str) -> Obj:
+    """The tokens the tenant issued for ``pod``, bound to it, as its host pod mounts them; ``refresh_at`` is
+    when the first of them reaches 80% of its life (a kubelet's rule)."""
+    meta = pod["metadata"]
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": token_secret_name(pod), "namespace": names.host_namespace(vc),
+                         "labels": {**names.markers(vc), names.TOKEN_OF: meta["uid"]},
+                         "annotations": {**names.identity({"metadata": {**meta, "name": f"{meta['name']}.token"}},
+                                                          "ServiceAccountToken"),
+                                         names.REFRESH_AT: refresh_at}},
+            "stringData": tokens}
+
+
+def _service_env(name: str, ip: str, ports: list[Obj]) -> list[Obj]:
+    """What a kubelet tells containers of a Service (``enableServiceLinks``, and always of ``kubernetes``)."""
+    prefix = name.upper().replace("-", "_")
+    env = [{"name": f"{prefix}_SERVICE_HOST", "value": ip}]
+    if not ports:
+        return env
+    first = ports[0]
+    env.append({"name": f"{prefix}_SERVICE_PORT", "value": str(first["port"])})
+    for p in ports:
+        if p.get("name"):
+            env.append({"name": f"{prefix}_SERVICE_PORT_{p['name'].upper().replace('-', '_')}", "value": str(p["port"])})
+    proto = (first.get("protocol") or "TCP").lower()
+    env.append({"name": f"{prefix}_PORT", "value": f"{proto}://{ip}:{first['port']}"})
+    for p in ports:
+        protocol = p.get("protocol") or "TCP"
+        key = f"{prefix}_PORT_{p['port']}_{protocol.upper()}"
+        env += [{"name": key, "value": f"{protocol.lower()}://{ip}:{p['port']}"},
+                {"name": f"{key}_PROTO", "value": protocol.lower()},
+                {"name": f"{key}_PORT", "value": str(p["port"])},
+                {"name": f"{key}_ADDR", "value": ip}]
+    return env
+
+
+def service_env(pod: Obj, network: TenantNetwork, services: list[Obj]) -> list[Obj]:
+    """The tenant's Service environment of a pod, as its kubelet would write it: ``kubernetes`` always, the
+    pod's namespace's Services with a ClusterIP unless ``enableServiceLinks`` is false."""
+    ns = pod["metadata"]["namespace"]
+    env = _service_env("kubernetes", network.kubernetes_ip,
+                       [{"name": "https", "port": 443, "protocol": "TCP"}])
+    if (pod.get("spec") or {}).get("enableServiceLinks") is False:
+        return env
+    for svc in sorted(services, key=lambda s: s["metadata"]["name"]):
+        meta, spec = svc["metadata"], svc.get("spec") or {}
+        ip = spec.get("clusterIP")
+        if meta.get("namespace") != ns or not ip or ip == "None" or (ns, meta["name"]) == ("default", "kubernetes"):
+            continue
+        env += _service_env(meta["name"], ip, spec.get("ports") or [])
+    return env
+
+
+def dns_config(pod: Obj, network: TenantNetwork) -> tuple[str, Obj | None]:
+    """The host pod's DNS: ``ClusterFirst`` is the tenant's kube-dns with the tenant's search list, merged with
+    the pod's own ``dnsConfig`` (a host kubelet would give it the host's); ``Default`` and ``None`` pass."""
+    spec = pod.get("spec") or {}
+    policy = spec.get("dnsPolicy") or "ClusterFirst"
+    own = spec.get("dnsConfig")
+    if policy not in ("ClusterFirst", "ClusterFirstWithHostNet"):
+        return policy, own
+    own = own or {}
+    ns, domain = pod["metadata"]["namespace"], CLUSTER_DOMAIN
+    searches = list(dict.fromkeys([f"{ns}.svc.{domain}", f"svc.{domain}", domain, *(own.get("searches") or [])]))
+    options = {"ndots": {"name": "ndots", "value": "5"}}
+    for o in own.get("options") or []:
+        options[o.get("name", "")] = o
+    nameservers = list(dict.fromkeys([network.dns_ip, *(own.get("nameservers") or [])]))[:3]
+    return "None", {"nameservers": nameservers, "searches": searches, "options": list(options.values())}
+
+
+def references(pod: Obj, network: TenantNetwork | None = None) -> References:
+    """What the pod's host pod needs copied (a token volume's CA only where the token is served)."""
     refs = References()
     spec = pod.get("spec") or {}
+    routed = (network or TenantNetwork()).routed
     for v in spec.get("volumes") or []:
-        if _is_token_volume(v):
+        if _is_token_volume(v) and not routed:
             continue
         if "configMap" in v:
             refs.add("ConfigMap", v["configMap"].get("name", ""), v["configMap"].get("optional"))
@@ -180,17 +309,21 @@ def _field_path(path: str) -> str:
     return path
 
 
-def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None) -> Obj:
+def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: TenantNetwork | None = None,
+             services: list[Obj] | None = None) -> Obj:
     """The host's pod for a tenant pod bound to the slice's node (:class:`Refused` when it cannot run
     there). Tenant labels and annotations stay out of the host's metadata, where they could steer host
-    Services or policies; they travel as annotations for the downward API."""
+    Services or policies; they travel as annotations for the downward API. With a routed ``network`` the
+    pod gets what its kubelet would give it of the tenant: its tokens (from :func:`token_secret`), its DNS,
+    and the environment of its ``services``."""
     meta = pod["metadata"]
     ns, name = meta["namespace"], meta["name"]
+    network = network or TenantNetwork()
     spec = copy.deepcopy(pod.get("spec") or {})
     volumes = []
     dropped = set()
     for v in spec.get("volumes") or []:
-        if _is_token_volume(v):
+        if _is_token_volume(v) and not network.routed:  # no tenant API to reach: the token would be useless
             dropped.add(v["name"])
             continue
         refused = next((k for k in REFUSED_VOLUMES if k in v), None)
@@ -201,7 +334,12 @@ def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None) -> Obj:
             v["configMap"]["name"] = names.host_name(ns, v["configMap"].get("name", ""))
         if "secret" in v:
             v["secret"]["secretName"] = names.host_name(ns, v["secret"].get("secretName", ""))
-        for s in (v.get("projected") or {}).get("sources") or []:
+        for i, s in enumerate((v.get("projected") or {}).get("sources") or []):
+            if "serviceAccountToken" in s:
+                token = s.pop("serviceAccountToken")
+                s["secret"] = {"name": token_secret_name(pod), "items": [{"key": f"{v['name']}.{i}",
+                                                                          "path": token.get("path", "token")}]}
+                continue
             if "configMap" in s:
                 s["configMap"]["name"] = names.host_name(ns, s["configMap"].get("name", ""))
             if "secret" in s:
@@ -215,8 +353,11 @@ def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None) -> Obj:
         volumes.append(v)
     spec["volumes"] = volumes
     literal = {"spec.nodeName": NODE_NAME, "spec.serviceAccountName": spec.get("serviceAccountName") or "default"}
+    links = service_env(pod, network, services or []) if network.routed else []
     for c in _containers(spec):
         c["volumeMounts"] = [m for m in c.get("volumeMounts") or [] if m.get("name") not in dropped]
+        if links:  # before the container's own: a name it declares wins, as over a kubelet's
+            c["env"] = [*copy.deepcopy(links), *(c.get("env") or [])]
         for e in c.get("env") or []:
             source = e.get("valueFrom") or {}
             if "fieldRef" in source:
@@ -240,6 +381,11 @@ def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None) -> Obj:
         spec.pop(key, None)
     if placement is not None:  # the host's slice node pool, never the tenant's own placement
         placement.apply(spec)
+    if network.routed:
+        spec["dnsPolicy"], dns = dns_config(pod, network)
+        spec.pop("dnsConfig", None)
+        if dns is not None:
+            spec["dnsConfig"] = dns
     spec.update(automountServiceAccountToken=False, enableServiceLinks=False, hostname=name[:63].rstrip("-."))
     notes = {**names.identity(pod, "Pod"),
              names.TENANT_LABELS: orjson.dumps(meta.get("labels") or {}, option=orjson.OPT_SORT_KEYS).decode(),
@@ -324,3 +470,83 @@ def lost(tenant: Obj, now: str) -> Obj:
     conditions += [{"type": t, "status": "False", "reason": "HostPodLost", "lastProbeTime": None,
                     "lastTransitionTime": now} for t in ("Ready", "ContainersReady")]
     return {**current, "phase": "Failed", "reason": "HostPodLost", "message": message, "conditions": conditions}
+
+
+# -- Services, down ------------------------------------------------------------------------------
+
+def host_service(vc: Obj, svc: Obj) -> Obj | None:
+    """The host's Service for a tenant Service: the tenant's ClusterIP (from the tenant's own range, which the
+    host serves), its ports, no selector (the endpoints are mirrored: :func:`host_endpointslice`). A NodePort
+    (or LoadBalancer, which has no provider here) keeps its node ports, which the host's proxies open on
+    every node. None for what needs no host Service: headless and ExternalName ones."""
+    meta, spec = svc["metadata"], svc.get("spec") or {}
+    ip = spec.get("clusterIP")
+    kind = spec.get("type") or "ClusterIP"
+    if kind == "ExternalName" or not ip or ip == "None":
+        return None
+    node_ports = kind in ("NodePort", "LoadBalancer")
+    ports = [{k: p[k] for k in ("name", "port", "protocol", "nodePort") if k in p and (node_ports or k != "nodePort")}
+             for p in spec.get("ports") or []]
+    host_spec: Obj = {"type": "NodePort" if node_ports else "ClusterIP", "clusterIP": ip,
+                      "clusterIPs": list(spec.get("clusterIPs") or [ip]), "ports": ports,
+                      "sessionAffinity": spec.get("sessionAffinity") or "None"}
+    if spec.get("sessionAffinityConfig"):
+        host_spec["sessionAffinityConfig"] = spec["sessionAffinityConfig"]
+    if node_ports:
+        host_spec["externalTrafficPolicy"] = "Cluster"  # a tenant's Local names nodes the host does not have
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": names.host_name(meta["namespace"], meta["name"]), "namespace": names.host_namespace(vc),
+                         "labels": names.markers(vc), "annotations": names.identity(svc, "Service")},
+            "spec": host_spec}
+
+
+def service_differs(have: Obj, want: Obj) -> str:
+    """'' when the host Service is as wanted; 'replace' when only a new one can be (its ClusterIP or type
+    changed, which the host does not update); 'update' otherwise."""
+    a, b = have.get("spec") or {}, want["spec"]
+    if a.get("clusterIP") != b["clusterIP"] or a.get("type") != b["type"]:
+        return "replace"
+    ports = [{k: p.get(k) for k in ("name", "port", "protocol", "nodePort") if k in q}
+             for p, q in zip(a.get("ports") or [], b["ports"], strict=False)]
+    same = (ports == b["ports"] and len(a.get("ports") or []) == len(b["ports"])
+            and a.get("sessionAffinity") == b["sessionAffinity"]
+            and a.get("sessionAffinityConfig") == b.get("sessionAffinityConfig"))
+    return "" if same else "update"
+
+
+def host_endpointslice(vc: Obj, es: Obj, service: str) -> Obj:
+    """A tenant EndpointSlice of a Service the host carries, for the host Service named ``service``: the
+    same addresses (a slice pod's IP is its host pod's), ports and conditions; what names tenant objects
+    (nodes, pods, zones) stays behind."""
+    meta = es["metadata"]
+    endpoints = []
+    for e in es.get("endpoints") or []:
+        endpoint = {"addresses": list(e.get("addresses") or []), "conditions": dict(e.get("conditions") or {})}
+        if e.get("hostname"):
+            endpoint["hostname"] = e["hostname"]
+        endpoints.append(endpoint)
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": names.host_name(meta["namespace"], meta["name"]),
+                         "namespace": names.host_namespace(vc),
+                         "labels": {**names.markers(vc), "kubernetes.io/service-name": service,
+                                    "endpointslice.kubernetes.io/managed-by": ENDPOINTSLICE_MANAGER},
+                         "annotations": names.identity(es, "EndpointSlice")},
+            "addressType": es.get("addressType") or "IPv4", "endpoints": endpoints,
+            "ports": [dict(p) for p in es.get("ports") or []]}
+
+
+def endpointslice_differs(have: Obj, want: Obj) -> bool:
+    return any(have.get(k) != want.get(k) for k in ("endpoints", "ports", "addressType")) or \
+        (have["metadata"].get("labels") or {}).get("kubernetes.io/service-name") != \
+        want["metadata"]["labels"]["kubernetes.io/service-name"]
+
+
+def apiserver_endpointslice(addresses: list[tuple[str, int]]) -> Obj:
+    """The tenant's ``kubernetes`` EndpointSlice as a slice's pods need it: the apiserver where they reach it
+    directly (the tenant's own lists where nodes reach it, often a NodePort, which a proxy cannot chain to)."""
+    ports = sorted({port for _, port in addresses})
+    return {"metadata": {"namespace": "default", "name": "kubernetes", "uid": "",
+                         "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip, _ in addresses],
+            "ports": [{"name": "https", "port": ports[0], "protocol": "TCP"}]}

@@ -7,21 +7,23 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
+from apiserver.machinery.quantity import parse_quantity
 from hack.harness import fake_node
 from hack.stack import Stack
 from reconciler.shared import names
 from tests.conftest import Kubectl, running_stack, vc
 from tests.support.promotion import tenant, wait_phase
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.e2e
 
-T = TypeVar("T")
 SLICE = {"cpu": "4", "memory": "8Gi"}
 NODE = names.NODE_NAME
 
@@ -47,17 +49,6 @@ def sliced(host: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     host.run("create", "-f", "-", input=json.dumps(vc("team", ns, {"promoteResources": {"resources": SLICE}})))
     wait_phase(host, ns, "team", "Completed", timeout=180)
     yield host.json("get", "vc", "team", "-n", ns), tenant(host, ns, "team", tmp_path_factory.mktemp("team"))
-
-
-def until(observe: Callable[[], T], done: Callable[[T], bool], timeout: float = 90, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        seen = observe()
-        if done(seen):
-            return seen
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what or 'condition'} not reached in {timeout}s; last seen: {seen}")
-        time.sleep(0.5)
 
 
 def host_pods(host: Kubectl, namespace: str) -> dict[str, dict[str, Any]]:
@@ -135,8 +126,15 @@ def test_tenant_pods_run_in_the_host_namespace_under_the_quota_and_report_back(
         assert mirror["spec"]["nodeName"].startswith("node-")  # the host's scheduler placed it
         assert pod["status"]["podIP"] == mirror["status"]["podIP"]
         assert condition(pod, names.HOST_SCHEDULED)["status"] == "True"
-    until(lambda: host.json("get", "resourcequota", names.QUOTA, "-n", namespace)["status"]["used"],
-          lambda used: used.get("requests.cpu") == "3" and used.get("pods") == "3", what="the quota's use")
+    # the quota counts every pod of the slice: the three, and the tenant's CoreDNS beside them
+    def on_the_node() -> tuple[int, Decimal]:
+        pods = [p for p in tenant_pods(t, "-A") if p["status"].get("phase") in ("Pending", "Running")
+                and condition(p, names.HOST_SCHEDULED).get("status") == "True"]
+        return len(pods), sum((parse_quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", "100m"))
+                               for p in pods for c in p["spec"]["containers"]), Decimal(0))  # 100m: the LimitRange's
+    until(lambda: (host.json("get", "resourcequota", names.QUOTA, "-n", namespace)["status"]["used"], on_the_node()),
+          lambda seen: (int(seen[0].get("pods", 0)), parse_quantity(seen[0].get("requests.cpu", "0"))) == seen[1]
+          and seen[1][0] >= 3, what="the quota's use: the requests of the pods on the node")
 
 
 def test_a_pod_beyond_the_quota_waits_with_the_reason_and_starts_when_room_frees_up(
@@ -269,7 +267,8 @@ def test_every_pod_field_that_reaches_into_the_host_is_refused_and_the_tenant_to
 def test_a_slice_pod_runs_as_no_host_identity_and_mounts_only_its_tenants_copies(
         host: Kubectl, sliced: tuple[dict[str, Any], Kubectl]) -> None:
     """A tenant names a host ServiceAccount and a host Secret: its pod runs as the slice namespace's
-    token-less default account, and mounts the slice's copy of the tenant's own Secret of that name."""
+    token-less default account, and mounts the slice's copy of the tenant's own Secret of that name, and
+    its own tenant's token: nothing of the host's."""
     obj, t = sliced
     namespace = obj["status"]["sharedResources"]["namespace"]
     until(lambda: t.run("get", "serviceaccount", "default", check=False).returncode, lambda rc: rc == 0,
@@ -285,7 +284,11 @@ def test_a_slice_pod_runs_as_no_host_identity_and_mounts_only_its_tenants_copies
     hosted = until(lambda: host_pods(host, namespace).get(mapped), lambda p: p is not None, what="its host pod")
     spec = hosted["spec"]
     assert spec.get("serviceAccountName", "default") == "default" and spec["automountServiceAccountToken"] is False
-    assert not any("projected" in v for v in spec["volumes"])
+    sources = [s for v in spec["volumes"] for s in (v.get("projected") or {}).get("sources") or []]
+    assert sources and not any("serviceAccountToken" in s for s in sources)  # no token the host would issue
+    assert {s["secret"]["name"] for s in sources if "secret" in s} == {names.host_name("default", "borrower.token")}
+    assert {s["configMap"]["name"] for s in sources if "configMap" in s} == {names.host_name("default",
+                                                                                            "kube-root-ca.crt")}
     [secret] = [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v]
     assert secret == names.host_name("default", "vc-apiserver-serving")
     copied = host.json("get", "secret", secret, "-n", namespace)
@@ -422,8 +425,8 @@ def test_vc_apiserver_killed_mid_burst_converges_to_one_host_pod_per_tenant_pod(
     stack.api.start()
 
     def one_to_one(_: object) -> bool:
-        live = {names.host_name("default", p["metadata"]["name"]): p["metadata"]["uid"]
-                for p in tenant_pods(t) if p["status"].get("phase") not in ("Succeeded", "Failed")}
+        live = {names.host_name(p["metadata"]["namespace"], p["metadata"]["name"]): p["metadata"]["uid"]
+                for p in tenant_pods(t, "-A") if p["status"].get("phase") not in ("Succeeded", "Failed")}
         mirrored = {n: p["metadata"]["annotations"][names.TENANT_UID] for n, p in host_pods(host, namespace).items()}
         running = [p for p in tenant_pods(t, "-l", "app=burst") if p["status"].get("phase") == "Running"]
         return mirrored == live and len(running) == 40

@@ -6,10 +6,11 @@ import json
 
 from apiserver.kubeclient import paths
 from reconciler.controlplane import addons
+from reconciler.shared.ranges import dns_address
 
 
 def test_the_dns_service_takes_the_tenth_address_of_the_service_range() -> None:
-    assert addons.dns_service_ip("10.96.0.0/16") == "10.96.0.10"
+    assert dns_address("10.96.0.0/16") == "10.96.0.10"
     [service] = [o for o in addons.coredns("10.96.0.0/12") if o["kind"] == "Service"]
     assert service["spec"]["clusterIP"] == "10.96.0.10"
 

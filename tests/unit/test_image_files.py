@@ -228,7 +228,7 @@ def test_the_images_carry_the_names_the_manifests_use() -> None:
         assert runtime.objects.image(component) == refs[f"kube-{component}"]
     assert refs["local-path-provisioner"] == labstorage.IMAGE and refs["busybox"] == labstorage.HELPER_IMAGE
     assert set(refs) == {"pause", "busybox", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                         "kube-proxy", "coredns", "local-path-provisioner", "vc-apiserver"}
+                         "kube-proxy", "coredns", "local-path-provisioner", "kubectl", "vc-apiserver"}
 
 
 def test_the_vc_apiserver_image_gets_what_pip_install_would_install() -> None:

@@ -87,6 +87,109 @@ def test_references_are_mapped_and_the_tenant_token_volume_is_dropped() -> None:
     assert spec["imagePullSecrets"] == [{"name": "pull-x-default"}]
 
 
+ROUTED = translate.TenantNetwork("10.112.4.0/22")
+API_ACCESS = {"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": [
+    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}
+
+
+def test_with_a_routed_network_the_token_volume_reads_the_tenants_token_ca_and_namespace() -> None:
+    vault = {"name": "vault", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "vault-token", "audience": "vault", "expirationSeconds": 600}}]}}
+    pod = tenant_pod(volumes=[API_ACCESS, vault], containers=[{
+        "name": "c", "image": "busybox", "volumeMounts": [{"name": API_ACCESS["name"], "mountPath": "/var/run/sa"}]}])
+    assert translate.token_asks(pod) == [translate.TokenAsk(f"{API_ACCESS['name']}.0", "", 3607),
+                                         translate.TokenAsk("vault.0", "vault", 600)]
+    assert translate.references(pod, ROUTED).configmaps == {"kube-root-ca.crt": False}
+    spec = translate.host_pod(VC, pod, network=ROUTED)["spec"]
+    access, vault_volume = spec["volumes"]
+    token, ca, namespace = access["projected"]["sources"]
+    assert token == {"secret": {"name": "web-1.token-x-default",
+                                "items": [{"key": f"{API_ACCESS['name']}.0", "path": "token"}]}}
+    assert ca["configMap"]["name"] == "kube-root-ca.crt-x-default"
+    assert namespace["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] == \
+        f"metadata.annotations['{names.TENANT_NAMESPACE}']"
+    assert vault_volume["projected"]["sources"][0]["secret"]["items"] == [{"key": "vault.0", "path": "vault-token"}]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": API_ACCESS["name"], "mountPath": "/var/run/sa"}]
+    assert spec["automountServiceAccountToken"] is False  # never a host token
+
+
+def test_a_token_secret_is_the_slices_bound_to_the_tenant_pod_and_says_when_to_refresh() -> None:
+    pod = tenant_pod(volumes=[API_ACCESS])
+    secret = translate.token_secret(VC, pod, {f"{API_ACCESS['name']}.0": "jwt"}, "2026-11-29T01:00:00Z")
+    assert secret["metadata"]["name"] == translate.token_secret_name(pod) == "web-1.token-x-default"
+    assert secret["metadata"]["labels"][names.TOKEN_OF] == "pod-uid-1"
+    assert secret["metadata"]["annotations"][names.REFRESH_AT] == "2026-11-29T01:00:00Z"
+    assert names.owned_by(secret, VC["metadata"]["uid"])
+
+
+def test_cluster_first_pods_resolve_with_the_tenants_dns_and_their_own_config_merged() -> None:
+    pod = tenant_pod(dnsConfig={"searches": ["corp.example"], "options": [{"name": "ndots", "value": "2"},
+                                                                         {"name": "edns0"}]})
+    spec = translate.host_pod(VC, pod, network=ROUTED)["spec"]
+    assert spec["dnsPolicy"] == "None"
+    assert spec["dnsConfig"] == {"nameservers": ["10.112.4.10"],
+                                 "searches": ["default.svc.cluster.local", "svc.cluster.local", "cluster.local",
+                                              "corp.example"],
+                                 "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]}
+    for policy in ("Default", "None"):
+        kept = translate.host_pod(VC, tenant_pod(dnsPolicy=policy), network=ROUTED)["spec"]
+        assert kept["dnsPolicy"] == policy and "dnsConfig" not in kept
+
+
+def test_containers_see_the_tenants_services_in_their_environment_and_their_own_values_win() -> None:
+    web = {"metadata": {"namespace": "default", "name": "web-front"},
+           "spec": {"clusterIP": "10.112.4.20", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}
+    headless = {"metadata": {"namespace": "default", "name": "db"}, "spec": {"clusterIP": "None", "ports": []}}
+    elsewhere = {"metadata": {"namespace": "other", "name": "api"}, "spec": {"clusterIP": "10.112.4.21", "ports": []}}
+    pod = tenant_pod(containers=[{"name": "c", "image": "busybox", "env": [{"name": "WEB_FRONT_SERVICE_HOST",
+                                                                            "value": "mine"}]}])
+    env = translate.host_pod(VC, pod, network=ROUTED, services=[web, headless, elsewhere])["spec"]["containers"][0]["env"]
+    values = {e["name"]: e["value"] for e in env}  # the last of a name wins, as in a kubelet
+    assert values["KUBERNETES_SERVICE_HOST"] == "10.112.4.1" and values["KUBERNETES_SERVICE_PORT"] == "443"
+    assert values["WEB_FRONT_SERVICE_PORT_HTTP"] == "80"
+    assert values["WEB_FRONT_PORT_80_TCP"] == "tcp://10.112.4.20:80"
+    assert values["WEB_FRONT_SERVICE_HOST"] == "mine"
+    assert not any(k.startswith(("DB_", "API_")) for k in values)
+    unlinked = translate.host_pod(VC, tenant_pod(enableServiceLinks=False), network=ROUTED, services=[web])
+    names_seen = {e["name"] for e in unlinked["spec"]["containers"][0]["env"]}
+    assert "KUBERNETES_SERVICE_HOST" in names_seen and not any(n.startswith("WEB_") for n in names_seen)
+
+
+def test_a_tenant_service_becomes_a_selectorless_host_service_at_the_same_address() -> None:
+    svc = {"metadata": {"namespace": "default", "name": "web", "uid": "svc-uid"},
+           "spec": {"type": "NodePort", "clusterIP": "10.112.4.20", "clusterIPs": ["10.112.4.20"],
+                    "selector": {"app": "web"}, "externalTrafficPolicy": "Local",
+                    "ports": [{"name": "http", "port": 80, "targetPort": "http", "nodePort": 30080, "protocol": "TCP"}]}}
+    host = translate.host_service(VC, svc)
+    assert host is not None and host["metadata"]["name"] == "web-x-default"
+    assert host["spec"] == {"type": "NodePort", "clusterIP": "10.112.4.20", "clusterIPs": ["10.112.4.20"],
+                            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}],
+                            "sessionAffinity": "None", "externalTrafficPolicy": "Cluster"}
+    assert translate.service_differs({"spec": {**host["spec"], "ports": [{**host["spec"]["ports"][0], "targetPort": 80}],
+                                               "ipFamilies": ["IPv4"]}}, host) == ""
+    assert translate.service_differs({"spec": {**host["spec"], "clusterIP": "10.112.4.30"}}, host) == "replace"
+    assert translate.service_differs({"spec": {**host["spec"], "ports": []}}, host) == "update"
+    for spec in ({"clusterIP": "None"}, {"type": "ExternalName", "externalName": "example.com"}):
+        assert translate.host_service(VC, {"metadata": svc["metadata"], "spec": spec}) is None
+
+
+def test_an_endpointslice_is_mirrored_with_its_addresses_and_none_of_the_tenants_names() -> None:
+    es = {"metadata": {"namespace": "default", "name": "web-abcde", "uid": "es-uid",
+                       "labels": {"kubernetes.io/service-name": "web"}},
+          "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+          "endpoints": [{"addresses": ["10.200.1.7"], "conditions": {"ready": True}, "nodeName": names.NODE_NAME,
+                         "targetRef": {"kind": "Pod", "name": "web-1"}, "zone": "z"}]}
+    host = translate.host_endpointslice(VC, es, "web-x-default")
+    assert host["metadata"]["name"] == "web-abcde-x-default"
+    assert host["metadata"]["labels"]["kubernetes.io/service-name"] == "web-x-default"
+    assert host["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] != "endpointslice-controller.k8s.io"
+    assert host["endpoints"] == [{"addresses": ["10.200.1.7"], "conditions": {"ready": True}}]
+    assert not translate.endpointslice_differs(host, host)
+    assert translate.endpointslice_differs({**host, "endpoints": []}, host)
+
+
 @pytest.mark.parametrize("volume", [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}},
                                     {"name": "v", "hostPath": {"path": "/etc"}}])
 def test_node_bound_volumes_are_refused_with_provider_failed(volume: Obj) -> None:
@@ -139,3 +242,15 @@ def test_a_slice_that_states_pods_sets_the_quota_and_the_node_to_that_count() ->
     status = translate.node_status(slice_, True, "SliceReady", "ok", "2026-11-25T10:00:00Z", "v1.35.4")
     assert status["capacity"] == status["allocatable"] == {"cpu": "51", "memory": "33Gi", "pods": "510",
                                                             "ephemeral-storage": "100Gi"}
+
+
+def test_the_node_points_its_tenant_apiserver_at_the_kubelet_api_where_it_is_served() -> None:
+    slice_ = {"cpu": "1", "memory": "1Gi"}
+    served = translate.node_status(slice_, True, "SliceReady", "ok", "2026-11-25T10:00:00Z", "v1.35.4",
+                                   kubelet=("10.99.0.1", 41250))
+    assert served["addresses"] == [{"type": "InternalIP", "address": "10.99.0.1"},
+                                   {"type": "Hostname", "address": names.NODE_NAME}]
+    assert served["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 41250}}
+    unserved = translate.node_status(slice_, True, "SliceReady", "ok", "2026-11-25T10:00:00Z", "v1.35.4")
+    assert unserved["addresses"] == [{"type": "Hostname", "address": names.NODE_NAME}]
+    assert unserved["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 0}}

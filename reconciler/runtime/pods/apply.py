@@ -43,8 +43,10 @@ async def apply_all(host: Host, objects: HostObjects, plan: Plan, pki: TenantPki
         await host.apply(secret)
     hashes = {c: digest(s["data"]) for c, s in secrets.items()}
     await host.apply(objects.etcd(plan, hashes["etcd"], await _etcd_claims(host, plan)))
-    await host.apply(objects.apiserver(plan, port, hashes["apiserver"], node, etcd_ip, stage >= Stage.APISERVER))
-    await host.apply(objects.controller_manager(plan, hashes["controller-manager"], stage == Stage.ALL))
+    await host.apply(objects.apiserver(plan, port, hashes["apiserver"], node, etcd_ip, stage >= Stage.APISERVER,
+                                       pki.service_cidr))
+    await host.apply(objects.controller_manager(plan, hashes["controller-manager"], stage == Stage.ALL,
+                                                pki.service_cidr))
     await host.apply(objects.scheduler(plan, hashes["scheduler"], scheduling and stage == Stage.ALL))
 
 

@@ -294,7 +294,7 @@ class HostObjects:
                          "volumeClaimTemplates": claims}}
 
     def apiserver(self, plan: Plan, host_port: int, pki_hash: str, node: str | None, etcd_ip: str,
-                  running: bool) -> Obj:
+                  running: bool, service_cidr: str) -> Obj:
         """kube-apiserver's Deployment, dialling etcd at its client Service's IP, scaled to zero until
         ``running`` (:mod:`.startorder`); with hostNetwork it prefers ``node``, the one users are sent to."""
         port = host_port if plan.host_network else APISERVER_PORT
@@ -305,7 +305,7 @@ class HostObjects:
             "command": ["kube-apiserver", *apiserver_flags(
                 p, bind="0.0.0.0", advertise="$(POD_IP)", port=port, etcd_servers=etcd,
                 audit_policy=f"{p}/{AUDIT_POLICY}", audit_log="-", authorization_config=f"{p}/{AUTHZ_CONFIG}",
-                tuning=self.tuning, handover=ENDPOINT_DRAIN)],
+                tuning=self.tuning, handover=ENDPOINT_DRAIN, service_cidr=service_cidr)],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [{"name": "https", "containerPort": port, **({"hostPort": port} if plan.host_network else {})}],
             **_probes("/livez", "/readyz", port, "HTTPS"),
@@ -341,11 +341,12 @@ class HostObjects:
         spec = self.pod_spec(plan, component, container, [self._secret_volume(plan, component, "config")])
         return self._deployment(plan, component, replicas, self._template(plan, component, pki_hash, spec))
 
-    def controller_manager(self, plan: Plan, pki_hash: str, running: bool) -> Obj:
+    def controller_manager(self, plan: Plan, pki_hash: str, running: bool, service_cidr: str) -> Obj:
         """Scaled to zero until its apiserver answers (:mod:`.startorder`)."""
         port = 10257
         return self._kube_component(plan, "controller-manager", pki_hash, controller_manager_flags(
-            CONFIG_DIR, KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True), port, "200m", 1 if running else 0)
+            CONFIG_DIR, KUBECONFIG, bind="0.0.0.0", port=port, leader_elect=True, service_cidr=service_cidr), port,
+            "200m", 1 if running else 0)
 
     def scheduler(self, plan: Plan, pki_hash: str, running: bool) -> Obj:
         """Scaled to zero until the tenant has something to schedule (:mod:`.scheduling`)."""

@@ -169,6 +169,14 @@ class PodsRuntime:
             return await self.ensure(vc, pki)  # the scheduler is wanted now: a full pass scales it up
         return state
 
+    async def pod_addresses(self, vc: Obj) -> list[tuple[str, int]]:
+        plan = Plan.of(vc, self.endpoint_host(vc))
+        pods = await self.host.list("Pod", plan.namespace, selector(plan.name, "apiserver"))
+        return sorted((p["status"]["podIP"], int(p["spec"]["containers"][0]["ports"][0]["containerPort"]))
+                      for p in pods if not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("podIP")
+                      and any(c.get("type") == "Ready" and c.get("status") == "True"
+                              for c in p["status"].get("conditions") or []))
+
     async def rolled_out(self, vc: Obj, pki: TenantPki) -> bool:
         return await supervisor.rolled_out(self.host, Plan.of(vc, self.endpoint_host(vc)))
 

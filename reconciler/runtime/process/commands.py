@@ -56,8 +56,10 @@ def write_files(base: Path, tenant: TenantPki, server: str, webhook: TenantAutho
                      authorization_config(str(hook) if webhook is not None else None), 0o600)
 
 
-def commands(bin_dir: Path, base: Path, ports: dict[str, int], bind: str, tuning: TenantTuning) -> dict[str, list[str]]:
-    """Each component's command line, by binary: the apiserver on ``bind``, everything else on loopback."""
+def commands(bin_dir: Path, base: Path, ports: dict[str, int], bind: str, tuning: TenantTuning,
+             service_cidr: str) -> dict[str, list[str]]:
+    """Each component's command line, by binary: the apiserver on ``bind``, everything else on loopback;
+    ``service_cidr`` is the tenant's Services range."""
     p = base / "pki"
     b = bin_dir
     etcd_url = f"https://127.0.0.1:{ports['etcd-client']}"
@@ -75,10 +77,11 @@ def commands(bin_dir: Path, base: Path, ports: dict[str, int], bind: str, tuning
         "kube-apiserver": [str(b / "kube-apiserver"), *apiserver_flags(
             str(p), bind=bind, advertise=bind, port=ports["apiserver"], etcd_servers=etcd_url,
             audit_policy=str(base / "audit-policy.yaml"), audit_log=str(base / "logs" / "audit.log"),
-            authorization_config=str(base / "authorization-config.yaml"), tuning=tuning, handover=[])],
+            authorization_config=str(base / "authorization-config.yaml"), tuning=tuning, handover=[],
+            service_cidr=service_cidr)],
         "kube-controller-manager": [str(b / "kube-controller-manager"), *controller_manager_flags(
             str(p), str(base / "controller-manager.kubeconfig"), bind="127.0.0.1",
-            port=ports["controller-manager"], leader_elect=False)],
+            port=ports["controller-manager"], leader_elect=False, service_cidr=service_cidr)],
         "kube-scheduler": [str(b / "kube-scheduler"), *scheduler_flags(
             str(base / "scheduler.kubeconfig"), bind="127.0.0.1", port=ports["scheduler"], leader_elect=False)],
     }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import ipaddress
 import json
 import os
 import shutil
@@ -117,7 +118,7 @@ class ProcessRuntime:
         ports = state["ports"]
         endpoint = f"https://{host}:{ports['apiserver']}"
         self._write_files_unless_written(namespace, name, pki, ports, host, endpoint)
-        command_lines = commands(self.bin_dir, base, ports, host, self.tuning)
+        command_lines = commands(self.bin_dir, base, ports, host, self.tuning, pki.service_cidr)
         await self._restart_stale(base, pki, command_lines)
         problems: list[str] = []
         # etcd and the apiserver first; the controller-manager and scheduler read RBAC-protected
@@ -252,13 +253,23 @@ class ProcessRuntime:
             write_files(self.dir(namespace, name), pki, server, self.webhook, namespace, name)
             self._written.remember(tenant, inputs, started, True)
 
+    async def pod_addresses(self, vc: Obj) -> list[tuple[str, int]]:
+        state = self.layout.read_state(*_tenant(vc))
+        try:
+            if state is None or ipaddress.ip_address(state["host"]).is_loopback:
+                return []
+        except ValueError:  # a host name: no EndpointSlice can hold it
+            return []
+        return [(state["host"], int(state["ports"]["apiserver"]))]
+
     async def rolled_out(self, vc: Obj, pki: TenantPki) -> bool:
         namespace, name = _tenant(vc)
         state = self.layout.read_state(namespace, name)
         if state is None:
             return False
         base = self.dir(namespace, name)
-        return not self._stale(base, pki, commands(self.bin_dir, base, state["ports"], state["host"], self.tuning))
+        return not self._stale(base, pki, commands(self.bin_dir, base, state["ports"], state["host"], self.tuning,
+                                                 pki.service_cidr))
 
     def _stale(self, base: Path, pki: TenantPki, command_lines: dict[str, list[str]]) -> list[str]:
         """Running components that would not start as they run now: started from files that have changed

@@ -1,0 +1,317 @@
+"""Applications on shared slices, on the real-node lab: the tenant's Services, DNS and API reach its pods,
+which run as real containers on the real nodes (the lab's slice node pool).
+
+Two tenants on slices run the same application under the same names; each reaches its own by the
+ClusterIP its own ``kubectl get svc`` shows and by DNS name, through the host's proxies, and the
+tenant's API with the token of the pod's own ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from hack.harness import wait_until
+from hack.realnodes import REAL_NODE_LABEL, RealNodeLab
+from hack.stack import Stack
+from reconciler.shared import names, ranges
+from tests.conftest import Kubectl, vc
+from tests.support.promotion import tenant, wait_phase
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.e2e
+
+BUSYBOX = "docker.io/library/busybox:1.36"
+KUBECTL = "registry.k8s.io/kubectl:v1.35.4"
+SLICE = {"cpu": "1", "memory": "1Gi"}
+NAMESPACE = "slice-apps"
+
+
+@dataclass
+class Shop:
+    """A tenant on a slice with a ``web`` Deployment behind a NodePort Service ``web``."""
+
+    name: str
+    host: Kubectl
+    tenant: Kubectl
+    vc: dict[str, Any]
+
+    @property
+    def slice_namespace(self) -> str:
+        return names.host_namespace(self.vc)
+
+
+def web(page: str) -> list[dict[str, Any]]:
+    labels = {"app": "web"}
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": labels},
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+             "terminationGracePeriodSeconds": 1,
+             "containers": [{"name": "httpd", "image": BUSYBOX,
+                             "command": ["sh", "-c", f"mkdir -p /www && echo {page} > /www/index.html && "
+                                                     "exec httpd -f -p 8080 -h /www"],
+                             "ports": [{"name": "http", "containerPort": 8080}],
+                             "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 1}}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+         "spec": {"type": "NodePort", "selector": labels,
+                  "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}},
+    ]
+
+
+def run_once(t: Kubectl, name: str, command: str, image: str = BUSYBOX, timeout: float = 120,
+             mounts: list[dict[str, Any]] | None = None, **spec: Any) -> tuple[str, str]:
+    """A pod that runs ``command`` to its end on the slice: its phase and what it wrote to its termination log
+    (which the tenant's pod status carries back from the host)."""
+    container: dict[str, Any] = {"name": "main", "image": image, "volumeMounts": mounts or []}
+    if image == BUSYBOX:
+        container["command"] = ["sh", "-c", command]
+    else:
+        container["args"] = command.split()
+        container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    t.run("delete", "pod", name, "--ignore-not-found", "--wait=true")
+    t.run("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [container], **spec}}))
+
+    pod = until(lambda: t.json("get", "pod", name), lambda p: p["status"].get("phase") in ("Succeeded", "Failed"),
+                timeout, f"pod {name} ran to its end", interval=1)
+    [status] = pod["status"]["containerStatuses"]
+    return pod["status"]["phase"], (status["state"].get("terminated") or {}).get("message", "")
+
+
+def retrying(command: str, tries: int = 60) -> str:
+    """A shell command retried once a second until it succeeds (Services and names take a moment to spread)."""
+    return f"for i in $(seq {tries}); do {command} && exit 0; sleep 1; done; exit 1"
+
+
+@pytest.fixture(scope="module")
+def shops(real_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Shop]]:
+    host = Kubectl(real_stack.kubeconfig, host_namespaces=True)
+    ns = host.ensure_namespace(NAMESPACE)
+    made = {}
+    for name in ("shop-a", "shop-b"):
+        host.run("create", "-f", "-", input=json.dumps(vc(name, ns, {"promoteResources": {"resources": SLICE}})))
+    for name in ("shop-a", "shop-b"):
+        wait_phase(host, ns, name, "Completed", timeout=240)
+        t = tenant(host, ns, name, tmp_path_factory.mktemp(name))
+        t.run("rollout", "status", "-n", "kube-system", "deployment/coredns", "--timeout=180s", timeout=200)
+        t.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": web(f"{name}-page")}))
+        t.run("rollout", "status", "deployment/web", "--timeout=120s", timeout=150)
+        made[name] = Shop(name, host, t, host.json("get", "vc", name, "-n", ns))
+    yield made
+    for name in made:
+        host.run("delete", "vc", name, "-n", ns, "--wait=false", check=False)
+
+
+def test_each_tenant_gets_a_services_range_of_its_own_served_by_the_host(shops: dict[str, Shop]) -> None:
+    host = shops["shop-a"].host
+    held = {}
+    for shop in shops.values():
+        ip = shop.tenant.json("get", "service", "kubernetes")["spec"]["clusterIP"]
+        [cidr] = [c for c in host.json("get", "servicecidrs")["items"]
+                  if (c["metadata"].get("labels") or {}).get(names.VC_UID) == shop.vc["metadata"]["uid"]]
+        block = cidr["spec"]["cidrs"][0]
+        assert ranges.first_address(block) == ip
+        assert shop.tenant.json("get", "service", "-n", "kube-system", "kube-dns")["spec"]["clusterIP"] == \
+            ranges.dns_address(block)
+        held[shop.name] = block
+    assert held["shop-a"] != held["shop-b"]
+
+
+def test_a_service_answers_by_the_ip_the_tenant_sees_and_by_its_names(shops: dict[str, Shop]) -> None:
+    t = shops["shop-a"].tenant
+    ip = t.json("get", "service", "web")["spec"]["clusterIP"]
+    for i, url in enumerate((f"http://{ip}/", "http://web.default.svc.cluster.local/", "http://web/")):
+        phase, page = run_once(t, f"fetch-{i}", retrying(f"timeout 5 wget -q -O /dev/termination-log {url}"))
+        assert (phase, page.strip()) == ("Succeeded", "shop-a-page"), url
+    # the tenant's EndpointSlice names its own pod, and the pod runs on a real node of the lab
+    [pod] = t.json("get", "pods", "-l", "app=web")["items"]
+    [es] = t.json("get", "endpointslices", "-l", "kubernetes.io/service-name=web")["items"]
+    assert [e["addresses"] for e in es["endpoints"]] == [[pod["status"]["podIP"]]]
+    host_pod = shops["shop-a"].host.json("get", "pod", "-n", shops["shop-a"].slice_namespace,
+                                         names.host_name("default", pod["metadata"]["name"]))
+    node = shops["shop-a"].host.json("get", "node", host_pod["spec"]["nodeName"])
+    assert node["metadata"]["labels"].get(REAL_NODE_LABEL) == "true"
+
+
+def test_two_tenants_with_the_same_service_never_collide(shops: dict[str, Shop]) -> None:
+    seen = {}
+    for shop in shops.values():
+        phase, page = run_once(shop.tenant, "fetch-own", retrying(
+            "timeout 5 wget -q -O /dev/termination-log http://web.default.svc.cluster.local/"))
+        assert (phase, page.strip()) == ("Succeeded", f"{shop.name}-page")
+        [host_svc] = shop.host.json("get", "services", "-n", shop.slice_namespace,
+                                    f"--field-selector=metadata.name={names.host_name('default', 'web')}")["items"]
+        seen[shop.name] = host_svc["spec"]["clusterIP"]
+        assert host_svc["spec"]["clusterIP"] == shop.tenant.json("get", "service", "web")["spec"]["clusterIP"]
+    assert seen["shop-a"] != seen["shop-b"]
+
+
+def test_a_node_port_answers_from_the_machine_at_a_real_nodes_address(shops: dict[str, Shop],
+                                                                       real_lab: RealNodeLab) -> None:
+    shop = shops["shop-b"]
+    port = shop.tenant.json("get", "service", "web")["spec"]["ports"][0]["nodePort"]
+    address = real_lab.nodes()[0].address
+
+    def fetch() -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://{address}:{port}/", timeout=2) as answer:
+                return answer.read().decode().strip()
+        except OSError:
+            return None
+    assert until(fetch, bool, 60, f"the NodePort {port} answering at {address}", interval=1) == "shop-b-page"
+
+
+def test_a_pod_reaches_the_tenant_api_as_its_own_service_account(shops: dict[str, Shop]) -> None:
+    shop = shops["shop-a"]
+    t = shop.tenant
+    t.run("create", "serviceaccount", "reader")
+    phase, said = run_once(t, "whoami", "auth whoami -o jsonpath={.status.userInfo.username}", image=KUBECTL,
+                           serviceAccountName="reader")
+    host_pod = names.host_name("default", "whoami")
+    log = shop.host.run("logs", "-n", shop.slice_namespace, host_pod).stdout
+    assert (phase, log.strip()) == ("Succeeded", "system:serviceaccount:default:reader"), said
+    # a running pod's tokens are bound to it, in a host Secret of the slice (never a host token), which goes
+    # with the pod: the one whoami used is gone now that it has ended
+    [web] = t.json("get", "pods", "-l", "app=web")["items"]
+    secret = shop.host.json("get", "secret", "-n", shop.slice_namespace,
+                            names.host_name("default", f"{web['metadata']['name']}.token"))
+    assert secret["metadata"]["labels"][names.TOKEN_OF] == web["metadata"]["uid"]
+    until(lambda: shop.host.run("get", "secret", "-n", shop.slice_namespace, "whoami.token-x-default",
+                                check=False).returncode, lambda rc: rc != 0, 90, "the ended pod's tokens collected")
+    # and the environment a kubelet would give it points at the tenant's kubernetes Service
+    phase, env = run_once(t, "env", "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT:$WEB_SERVICE_PORT_HTTP "
+                                     "> /dev/termination-log")
+    ip = t.json("get", "service", "kubernetes")["spec"]["clusterIP"]
+    assert (phase, env.strip()) == ("Succeeded", f"{ip}:443:80")
+
+
+def test_a_pod_without_automounted_token_gets_none(shops: dict[str, Shop]) -> None:
+    shop = shops["shop-b"]
+    phase, said = run_once(shop.tenant, "no-token", "ls /var/run/secrets/kubernetes.io/serviceaccount "
+                                                    "> /dev/termination-log 2>&1; true",
+                           automountServiceAccountToken=False)
+    assert phase == "Succeeded" and "No such file" in said
+    host_pod = shop.host.json("get", "pod", "-n", shop.slice_namespace, names.host_name("default", "no-token"))
+    assert not any("projected" in v for v in host_pod["spec"].get("volumes") or [])
+
+
+def test_a_projected_token_with_its_own_audience_and_expiry_is_served(shops: dict[str, Shop]) -> None:
+    t = shops["shop-b"].tenant
+    volume = {"name": "vault", "projected": {"sources": [{"serviceAccountToken": {
+        "path": "token", "audience": "vault.example", "expirationSeconds": 600}}]}}
+    phase, token = run_once(t, "vault", "cat /vault/token > /dev/termination-log", volumes=[volume],
+                            mounts=[{"name": "vault", "mountPath": "/vault"}])
+    assert phase == "Succeeded"
+    pod = t.json("get", "pod", "vault")
+    review = json.loads(t.run("create", "-o", "json", "-f", "-", input=json.dumps({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "spec": {"token": token, "audiences": ["vault.example"]}})).stdout)
+    assert review["status"]["authenticated"] is True
+    assert review["status"]["user"]["username"] == "system:serviceaccount:default:default"
+    assert review["status"]["audiences"] == ["vault.example"]
+    assert review["status"]["user"]["extra"]["authentication.kubernetes.io/pod-uid"] == [pod["metadata"]["uid"]]
+
+
+def test_a_host_service_deleted_behind_the_syncers_back_is_made_again(shops: dict[str, Shop]) -> None:
+    shop = shops["shop-b"]
+    name = names.host_name("default", "web")
+    before = shop.host.json("get", "service", "-n", shop.slice_namespace, name)
+    shop.host.run("delete", "service", "-n", shop.slice_namespace, name)
+
+    def again() -> dict[str, Any] | None:
+        out = shop.host.run("get", "service", "-n", shop.slice_namespace, name, "-o", "json", check=False)
+        return json.loads(out.stdout) if out.returncode == 0 else None
+    after = until(again, bool, 90, "the host Service made again", interval=1)
+    assert after is not None
+    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    assert after["spec"]["clusterIP"] == before["spec"]["clusterIP"]
+
+
+def test_dns_comes_back_after_the_tenants_coredns_pods_are_deleted(shops: dict[str, Shop]) -> None:
+    t = shops["shop-a"].tenant
+    t.run("delete", "pods", "-n", "kube-system", "-l", "k8s-app=kube-dns", "--wait=false")
+    t.run("rollout", "status", "-n", "kube-system", "deployment/coredns", "--timeout=120s", timeout=150)
+    phase, page = run_once(t, "after-dns", retrying("timeout 5 wget -q -O /dev/termination-log http://web/"))
+    assert (phase, page.strip()) == ("Succeeded", "shop-a-page")
+
+
+def test_a_deleted_tenant_service_takes_its_host_service_and_endpoints_with_it(shops: dict[str, Shop]) -> None:
+    shop = shops["shop-b"]
+    t = shop.tenant
+    t.run("create", "service", "clusterip", "gone", "--tcp=80:8080")
+    name = names.host_name("default", "gone")
+    wait_until(lambda: shop.host.run("get", "service", "-n", shop.slice_namespace, name, check=False).returncode == 0,
+               60, "the host Service of gone", interval=1)
+    t.run("delete", "service", "gone")
+    wait_until(lambda: shop.host.run("get", "service", "-n", shop.slice_namespace, name, check=False).returncode != 0,
+               60, "the host Service of gone deleted", interval=1)
+    mirrored = shop.host.json("get", "endpointslices", "-n", shop.slice_namespace,
+                              f"-l=kubernetes.io/service-name={name}")["items"]
+    assert mirrored == []
+
+
+TALKER = "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.5; done"
+
+
+def test_logs_reach_a_slice_pod_through_the_tenant_with_their_options(shops: dict[str, Shop]) -> None:
+    t = shops["shop-a"].tenant
+    t.run("run", "talker", f"--image={BUSYBOX}", "--restart=Never", "--", "sh", "-c", TALKER)
+    t.run("wait", "pod/talker", "--for=condition=Ready", "--timeout=90s", timeout=100)
+    until(lambda: t.run("logs", "talker").stdout, lambda out: out.count("line") >= 4, 30, "four lines logged")
+    assert t.run("logs", "talker", "-c", "talker", "--tail=2").stdout.count("\n") == 2
+    assert t.run("logs", "talker", "--since=1h", "--timestamps").stdout.startswith("20")
+    proc = subprocess.Popen(t.argv("logs", "-f", "talker", "--tail=1"), stdout=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)] if proc.stdout else []
+    finally:
+        proc.kill()
+    assert len(lines) == 3 and all(line.startswith("line ") for line in lines)  # -f keeps streaming new lines
+
+
+def test_previous_logs_are_those_of_the_container_before_its_restart(shops: dict[str, Shop]) -> None:
+    t = shops["shop-b"].tenant
+    t.run("run", "restarter", f"--image={BUSYBOX}", "--restart=Always", "--", "sh", "-c",
+          "echo run at $(date +%s%N); sleep 2; exit 1")
+    until(lambda: t.json("get", "pod", "restarter"),
+          lambda p: (p["status"].get("containerStatuses") or [{}])[0].get("restartCount", 0) >= 1, 90,
+          "the container restarted")
+    previous = t.run("logs", "restarter", "--previous").stdout
+    assert previous.startswith("run at ")
+
+
+def test_exec_and_attach_reach_a_slice_pod_through_the_tenant(shops: dict[str, Shop]) -> None:
+    t = shops["shop-a"].tenant
+    [pod] = t.json("get", "pods", "-l", "app=web")["items"]
+    name = pod["metadata"]["name"]
+    assert t.run("exec", name, "--", "cat", "/www/index.html").stdout == "shop-a-page\n"
+    assert t.run("exec", "-i", name, "--", "tr", "a-z", "A-Z", input="hello slice\n").stdout == "HELLO SLICE\n"
+    failed = t.run("exec", name, "--", "sh", "-c", "exit 3", check=False)
+    assert failed.returncode == 3  # the command's exit code comes back through both apiservers
+    t.run("wait", "pod/talker", "--for=condition=Ready", "--timeout=30s")
+    proc = subprocess.Popen(t.argv("attach", "talker"), stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+    finally:
+        proc.kill()
+    assert line.startswith("line ")
+
+
+def test_port_forward_reaches_a_slice_pod_through_the_tenant(shops: dict[str, Shop]) -> None:
+    t = shops["shop-b"].tenant
+    [pod] = t.json("get", "pods", "-l", "app=web")["items"]
+    proc = subprocess.Popen(t.argv("port-forward", f"pod/{pod['metadata']['name']}", ":8080"),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline() if proc.stdout else ""
+        port = int(first.split("127.0.0.1:")[1].split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+            assert answer.read().decode() == "shop-b-page\n"
+    finally:
+        proc.kill()
