@@ -26,7 +26,7 @@ from hack.harness import (
     create_fake_nodes,
     free_port,
 )
-from hack.realnodes import CONTROL_PLANE_ROLE, REAL_NODE_LABEL, RealNodeLab
+from hack.realnodes import CONTROL_PLANE_ROLE, REAL_NODE_LABEL, STORAGE_CLASS, RealNodeLab
 
 IN_CLUSTER_OVERLAY = REPO / "hack" / "in-cluster"  # deploy/cluster-agent fitted to the real-node lab
 
@@ -79,7 +79,8 @@ class Stack:
                 "--snapshot-volume-size", "1Gi",
                 # shared slices run as real containers on the real nodes (never on kwok's), either one
                 "--slice-node-selector", f"{REAL_NODE_LABEL}=true",
-                "--slice-tolerations", f"{CONTROL_PLANE_ROLE}:NoSchedule", *self.extra_args]
+                "--slice-tolerations", f"{CONTROL_PLANE_ROLE}:NoSchedule",
+                "--slice-storage-classes", STORAGE_CLASS, *self.extra_args]
         # the shared nodes' kubelet API where tenant apiservers reach this machine: the lab's gateway, or loopback
         kubelet_api = ["--slice-kubelet-port", str(free_port()),
                        "--slice-kubelet-address", LAB_GATEWAY if self.real_nodes else "127.0.0.1"]

@@ -61,7 +61,8 @@ class Manager:
         if host is not None and joiner is not None:
             self.nodes = NodePromoter(host, joiner, events)
         slices = slices or SliceConfig()
-        self.slices = SharedSlices(host, events, slices.overcommit, slices.placement) if host is not None else None
+        self.slices = SharedSlices(host, events, slices.overcommit, slices.placement,
+                                   slices.storage_classes) if host is not None else None
         self.kubelet_api: KubeletApi | None = None
         if self.slices is not None and host is not None and slices.kubelet_port and slices.tls is not None:
             self.kubelet_api = KubeletApi(host, self.slices.tenants, "0.0.0.0", slices.kubelet_port, *slices.tls)

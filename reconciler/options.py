@@ -256,6 +256,7 @@ class SliceConfig:
     kubelet_port: int = 0  # the shared nodes' kubelet API (0: not served)
     kubelet_address: str = ""  # where tenant apiservers reach it
     tls: tuple[str, str] | None = None  # its serving certificate and key (the server's own)
+    storage_classes: tuple[str, ...] = ()  # the host StorageClasses slices' claims may use
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,7 @@ class SliceOptions:
     slice_service_cidr_prefix: int
     slice_kubelet_port: int
     slice_kubelet_address: str
+    slice_storage_classes: str
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
@@ -297,6 +299,10 @@ class SliceOptions:
         p.add_argument("--slice-kubelet-address", default="",
                        help="the address tenant apiservers reach that port at (this server's pod IP in a cluster); "
                             "default: 127.0.0.1, where the process runtime's tenant apiservers run")
+        p.add_argument("--slice-storage-classes", default="",
+                       help="the host StorageClasses offered to shared slices, comma-separated: each appears in "
+                            "the tenant, and a tenant claim of one is served by a host claim in the slice's "
+                            "namespace (default: none; a pod with a claim is refused)")
 
     def validate(self) -> list[str]:
         problems = [] if self.slice_overcommit > 0 else [
@@ -317,7 +323,8 @@ class SliceOptions:
         return SliceConfig(self.slice_overcommit, Placement.from_flags(self.slice_node_selector,
                                                                        self.slice_tolerations),
                            Pool(self.slice_service_cidrs, self.slice_service_cidr_prefix),
-                           self.slice_kubelet_port, self.slice_kubelet_address or "127.0.0.1")
+                           self.slice_kubelet_port, self.slice_kubelet_address or "127.0.0.1",
+                           storage_classes=tuple(c.strip() for c in self.slice_storage_classes.split(",") if c.strip()))
 
 
 # -- the whole ------------------------------------------------------------------------------------

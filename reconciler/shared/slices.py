@@ -37,7 +37,8 @@ def _more(new: object, old: object) -> bool:
 
 class SharedSlices:
     def __init__(self, host: KubeClient, events: EventRecorder | None = None, overcommit: float = 1.0,
-                 placement: Placement | None = None) -> None:
+                 placement: Placement | None = None, storage_classes: tuple[str, ...] = ()) -> None:
+        self.storage_classes = storage_classes  # the host StorageClasses offered to slices
         self.host = host
         self.events = events
         self.overcommit = overcommit  # how many times the slice pool's allocatable may be promised
@@ -82,7 +83,7 @@ class SharedSlices:
             return syncer.report
         if syncer is None:
             syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), KUBERNETES_VERSION,
-                                 self.events, self.placement, TenantNetwork(pki.service_cidr))
+                                 self.events, self.placement, TenantNetwork(pki.service_cidr), self.storage_classes)
             if self._kubelet_api is not None:
                 self._kubelet_api.trust(pki.files["ca.crt"])
                 syncer.kubelet_endpoint = (self._kubelet_address, self._kubelet_api.port)

@@ -43,6 +43,8 @@ WRITES_IN_FLIGHT = 16  # host writes of one slice at a time
 RETRY = 5.0  # seconds until a pass that met an unanswering host is tried again
 POD_PATH = "/api/v1/namespaces/{}/pods"
 SERVICE_PATH = "/api/v1/namespaces/{}/services"
+CLAIM_PATH = "/api/v1/namespaces/{}/persistentvolumeclaims"
+CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
 ENDPOINTSLICE_PATH = "/apis/discovery.k8s.io/v1/namespaces/{}/endpointslices"
 TOKEN_REFRESH = 0.8  # of a token's life, when it is asked for again (a kubelet's rule)
 
@@ -82,8 +84,10 @@ class SliceReport:
 class SliceSyncer:
     def __init__(self, vc: Obj, slice_: dict[str, str], host: KubeClient, tenant: KubeClient,
                  version: str = "v0.0.0", events: EventRecorder | None = None,
-                 placement: Placement | None = None, network: TenantNetwork | None = None) -> None:
+                 placement: Placement | None = None, network: TenantNetwork | None = None,
+                 storage_classes: tuple[str, ...] = ()) -> None:
         self.vc = vc
+        self.storage_classes = storage_classes  # the host's StorageClasses offered to the tenant
         self.placement = placement
         self.network = network or TenantNetwork()
         self.api_addresses: list[tuple[str, int]] = []  # where pods reach the tenant apiserver directly
@@ -106,6 +110,7 @@ class SliceSyncer:
         self._beat = asyncio.Event()
         self._seen_events: set[str] = set()
         self._told: set[tuple[str, str]] = set()  # (tenant Service uid, message) of refusals already told
+        self._driver_made = False
         self._again = False  # something was refused this pass: the next comes after RETRY, not SCAN_PERIOD
         self._started_at = now_rfc3339()
         self.passes = 0
@@ -127,6 +132,9 @@ class SliceSyncer:
                                            name=f"slice host watch {label}"),
                        asyncio.create_task(self._watch(self.host, f"/api/v1/namespaces/{self.namespace}/resourcequotas"),
                                            name=f"slice quota watch {label}")]
+        if self.storage_classes:
+            self._tasks.append(asyncio.create_task(self._watch(self.tenant, "/api/v1/persistentvolumeclaims"),
+                                                   name=f"slice claims {label}"))
         if self.network.routed:  # the tenant's Services and their endpoints, and the host's copies of them
             self._tasks += [
                 asyncio.create_task(self._watch(self.tenant, "/api/v1/services"), name=f"slice services {label}"),
@@ -311,6 +319,8 @@ class SliceSyncer:
         await self.ensure_host()
         await self._check_host()
         self.passes += 1
+        if self.storage_classes:  # claims before pods: a pod waits for its claims' host claims
+            await self._volumes()
         tenant_pods = (await self.tenant.get("/api/v1/pods", fieldSelector=f"spec.nodeName={NODE_NAME}"))["items"]
         services = (await self.tenant.get("/api/v1/services"))["items"] if self.network.routed else []
         host_pods = (await self.host.get(POD_PATH.format(self.namespace)))["items"]  # foreign ones too: never ours
@@ -362,7 +372,8 @@ class SliceSyncer:
             if not self._host[0]:
                 return None  # no pod before the quota is accounted
             try:
-                creates.append((pod, translate.host_pod(self.vc, pod, self.placement, self.network, services)))
+                creates.append((pod, translate.host_pod(self.vc, pod, self.placement, self.network, services,
+                                                        storage=bool(self.storage_classes))))
             except translate.Refused as e:
                 return self._refuse(pod, e.reason, e.message)
             return None
@@ -462,6 +473,16 @@ class SliceSyncer:
     async def _copy_references(self, pod: Obj) -> None:
         refs = translate.references(pod, self.network)
         ns = pod["metadata"]["namespace"]
+        for claim in translate.claim_names(pod) if self.storage_classes else []:
+            try:
+                held = await self.host.get(f"{CLAIM_PATH.format(self.namespace)}/{names.host_name(ns, claim)}")
+            except HostError as e:
+                if e.code != 404:
+                    raise
+                held = None
+            if held is None or not names.owned_by(held, self.uid):
+                raise _Missing(f"PersistentVolumeClaim {ns}/{claim} is not served by the shared slice: it must exist "
+                               f"and be of a StorageClass the slice offers ({', '.join(self.storage_classes)})")
         for kind, wanted in (("ConfigMap", refs.configmaps), ("Secret", refs.secrets)):
             plural = "configmaps" if kind == "ConfigMap" else "secrets"
             for name, optional in wanted.items():
@@ -520,6 +541,77 @@ class SliceSyncer:
             refresh += [self._tokens(p, listed.get(translate.token_secret_name(p))) for p in live
                         if translate.started(p) and translate.token_asks(p)]
         await self._all([_ignore_missing(r) for r in refresh])
+
+    # -- volumes -------------------------------------------------------------------------------
+
+    async def _volumes(self) -> None:
+        """The offered host StorageClasses as the tenant's (the host's default, if offered, its default); each
+        tenant claim of one a host claim in the slice's namespace and a tenant volume bound to it; what no
+        claim needs any more goes, the host claim with its data."""
+        offered = sorted((c for c in (await self.host.get(CLASSES))["items"]
+                          if c["metadata"]["name"] in self.storage_classes), key=lambda c: c["metadata"]["name"])
+        default = next((c["metadata"]["name"] for c in offered
+                        if (c["metadata"].get("annotations") or {}).get(translate.DEFAULT_CLASS) == "true"),
+                       offered[0]["metadata"]["name"] if offered else "")
+        have = {c["metadata"]["name"]: c for c in (await self.tenant.get(
+            CLASSES, labelSelector=f"{names.MANAGED_BY}={names.MANAGER}"))["items"]}
+        for host_class in offered:
+            want = translate.tenant_storage_class(host_class, host_class["metadata"]["name"] == default)
+            current = have.pop(want["metadata"]["name"], None)
+            if current is not None and translate.storage_class_differs(current, want):
+                await self.tenant.delete(f"{CLASSES}/{want['metadata']['name']}")  # its fields are immutable
+                current = None
+            if current is None:
+                with contextlib.suppress(HostError):  # a tenant class of that name, not ours: left alone
+                    await self.tenant.create(CLASSES, want)
+        for gone in have:
+            await self.tenant.delete(f"{CLASSES}/{gone}")
+        await self._csi_driver()
+        served = {c["metadata"]["name"] for c in offered}
+        claims = [c for c in (await self.tenant.get("/api/v1/persistentvolumeclaims"))["items"]
+                  if (c.get("spec") or {}).get("storageClassName") in served]
+        held = {c["metadata"]["name"]: c for c in (await self.host.get(
+            CLAIM_PATH.format(self.namespace), labelSelector=f"{names.VC_UID}={self.uid}"))["items"]}
+        live = set()
+        for claim in claims:
+            want = translate.host_claim(self.vc, claim)
+            live.add(claim["metadata"]["uid"])
+            if want["metadata"]["name"] not in held:
+                try:
+                    await self.host.create(CLAIM_PATH.format(self.namespace), want)
+                except HostError as e:
+                    if e.code != 409:
+                        await self._tenant_event(claim, "Warning", "ProvisioningFailed",
+                                                 f"the host refused the claim's host claim: {e.message}",
+                                                 kind="PersistentVolumeClaim")
+                        continue
+            if not (claim.get("spec") or {}).get("volumeName") and not claim["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(HostError):  # 409: made by an earlier pass
+                    await self.tenant.create("/api/v1/persistentvolumes", translate.tenant_volume(self.vc, claim))
+        wanted = {names.host_name(c["metadata"]["namespace"], c["metadata"]["name"]) for c in claims}
+        for name, claim in held.items():
+            if name not in wanted and names.owned_by(claim, self.uid):
+                await self._delete(CLAIM_PATH.format(self.namespace), name)
+        for volume in (await self.tenant.get("/api/v1/persistentvolumes",
+                                             labelSelector=f"{names.MANAGED_BY}={names.MANAGER}"))["items"]:
+            if ((volume.get("spec") or {}).get("claimRef") or {}).get("uid") not in live:
+                with contextlib.suppress(HostError):
+                    await self.tenant.delete(f"/api/v1/persistentvolumes/{volume['metadata']['name']}")
+
+    async def _csi_driver(self) -> None:
+        """The tenant's volumes name the slice as their driver, which needs no attaching: the tenant's
+        attach/detach controller leaves them alone."""
+        if self._driver_made:
+            return
+        driver = {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                  "metadata": {"name": translate.PROVISIONER, "labels": {names.MANAGED_BY: names.MANAGER}},
+                  "spec": {"attachRequired": False, "podInfoOnMount": False}}
+        try:
+            await self.tenant.create("/apis/storage.k8s.io/v1/csidrivers", driver)
+        except HostError as e:
+            if e.code != 409:
+                raise
+        self._driver_made = True
 
     # -- service-account tokens ----------------------------------------------------------------
 

@@ -26,8 +26,10 @@ DEFAULT_REQUEST = {"cpu": "100m", "memory": "128Mi"}  # a container without requ
 STRIPPED = ("nodeName", "nodeSelector", "affinity", "topologySpreadConstraints", "tolerations", "priorityClassName",
             "priority", "preemptionPolicy", "schedulerName", "runtimeClassName", "serviceAccountName",
             "serviceAccount", "subdomain", "overhead", "schedulingGates", "resourceClaims")
-REFUSED_VOLUMES = ("persistentVolumeClaim", "hostPath", "ephemeral", "csi", "iscsi", "nfs", "rbd", "cephfs",
-                   "glusterfs", "fc", "flexVolume", "local")
+REFUSED_VOLUMES = ("hostPath", "csi", "iscsi", "nfs", "rbd", "cephfs", "glusterfs", "fc", "flexVolume", "local")
+CLAIM_VOLUMES = ("persistentVolumeClaim", "ephemeral")  # served by host claims, where storage is offered
+PROVISIONER = f"{names.MANAGER}.{names.DOMAIN}"  # the tenant's StorageClasses' provisioner: the slice's syncer
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 TENANT_OWNED_CONDITIONS = ("PodScheduled",)
 CLUSTER_DOMAIN = "cluster.local"
 TOKEN_EXPIRY = 3607  # seconds: what the tenant's admission asks for kube-api-access volumes, as a kubelet gets it
@@ -309,8 +311,21 @@ def _field_path(path: str) -> str:
     return path
 
 
+def claim_names(pod: Obj) -> list[str]:
+    """The tenant claims a pod's volumes use: its own, and those its generic ephemeral volumes make
+    (``<pod>-<volume>``, as the tenant's ephemeral volume controller names them)."""
+    name = pod["metadata"]["name"]
+    out = []
+    for v in (pod.get("spec") or {}).get("volumes") or []:
+        if "persistentVolumeClaim" in v:
+            out.append(v["persistentVolumeClaim"].get("claimName", ""))
+        elif "ephemeral" in v:
+            out.append(f"{name}-{v['name']}")
+    return out
+
+
 def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: TenantNetwork | None = None,
-             services: list[Obj] | None = None) -> Obj:
+             services: list[Obj] | None = None, storage: bool = False) -> Obj:
     """The host's pod for a tenant pod bound to the slice's node (:class:`Refused` when it cannot run
     there). Tenant labels and annotations stay out of the host's metadata, where they could steer host
     Services or policies; they travel as annotations for the downward API. With a routed ``network`` the
@@ -330,6 +345,15 @@ def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: Ten
         if refused:
             raise Refused("ProviderFailed", f"volume {v.get('name')!r}: {refused} volumes cannot run in a shared "
                                             f"slice of the host")
+        claim = next((k for k in CLAIM_VOLUMES if k in v), None)
+        if claim and not storage:
+            raise Refused("ProviderFailed", f"volume {v.get('name')!r}: the host offers no storage to shared slices "
+                                            f"(vc-apiserver's --slice-storage-classes)")
+        if claim == "ephemeral":  # the tenant made its claim: the host pod uses that claim's host claim
+            v.pop("ephemeral")
+            v["persistentVolumeClaim"] = {"claimName": f"{name}-{v['name']}"}
+        if claim:
+            v["persistentVolumeClaim"]["claimName"] = names.host_name(ns, v["persistentVolumeClaim"]["claimName"])
         if "configMap" in v:
             v["configMap"]["name"] = names.host_name(ns, v["configMap"].get("name", ""))
         if "secret" in v:
@@ -550,3 +574,51 @@ def apiserver_endpointslice(addresses: list[tuple[str, int]]) -> Obj:
             "addressType": "IPv4",
             "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip, _ in addresses],
             "ports": [{"name": "https", "port": ports[0], "protocol": "TCP"}]}
+
+
+# -- volumes, down and up ------------------------------------------------------------------------
+
+def tenant_storage_class(host_class: Obj, default: bool) -> Obj:
+    """A host StorageClass the slice offers, as its tenant sees it: the same name and reclaim policy, the
+    slice's syncer as its provisioner, bound at once (the host claim binds where the host pod lands)."""
+    annotations = {DEFAULT_CLASS: "true"} if default else {}
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": host_class["metadata"]["name"], "labels": {names.MANAGED_BY: names.MANAGER},
+                         "annotations": annotations},
+            "provisioner": PROVISIONER, "reclaimPolicy": host_class.get("reclaimPolicy") or "Delete",
+            "volumeBindingMode": "Immediate", "allowVolumeExpansion": False}
+
+
+def storage_class_differs(have: Obj, want: Obj) -> bool:
+    return (have.get("provisioner"), have.get("reclaimPolicy"), (have["metadata"].get("annotations") or {}).get(
+        DEFAULT_CLASS)) != (want["provisioner"], want["reclaimPolicy"], want["metadata"]["annotations"].get(DEFAULT_CLASS))
+
+
+def host_claim(vc: Obj, claim: Obj) -> Obj:
+    """A tenant PersistentVolumeClaim of one of the offered classes, as the host claim that holds its data."""
+    meta, spec = claim["metadata"], claim.get("spec") or {}
+    host_spec = {"accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
+                 "resources": {"requests": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get(
+                     "storage", "1Gi")}},
+                 "storageClassName": spec.get("storageClassName"), "volumeMode": spec.get("volumeMode") or "Filesystem"}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": names.host_name(meta["namespace"], meta["name"]), "namespace": names.host_namespace(vc),
+                         "labels": names.markers(vc), "annotations": names.identity(claim, "PersistentVolumeClaim")},
+            "spec": host_spec}
+
+
+def tenant_volume(vc: Obj, claim: Obj) -> Obj:
+    """The tenant's PersistentVolume for a claim the slice serves, bound to it: what the claim asked for, and
+    where its data is (the host claim, as the volume's handle)."""
+    meta, spec = claim["metadata"], claim.get("spec") or {}
+    return {"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": f"pvc-{meta['uid']}", "labels": {names.MANAGED_BY: names.MANAGER},
+                         "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+            "spec": {"capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")},
+                     "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
+                     "persistentVolumeReclaimPolicy": "Delete", "storageClassName": spec.get("storageClassName"),
+                     "volumeMode": spec.get("volumeMode") or "Filesystem",
+                     "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"],
+                                  "name": meta["name"], "uid": meta["uid"]},
+                     "csi": {"driver": PROVISIONER, "volumeHandle": f"{names.host_namespace(vc)}/"
+                                                                    f"{names.host_name(meta['namespace'], meta['name'])}"}}}

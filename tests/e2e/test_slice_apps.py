@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from hack.harness import wait_until
-from hack.realnodes import REAL_NODE_LABEL, RealNodeLab
+from hack.realnodes import REAL_NODE_LABEL, STORAGE_CLASS, RealNodeLab
 from hack.stack import Stack
 from reconciler.shared import names, ranges
 from tests.conftest import Kubectl, vc
@@ -105,8 +105,8 @@ def shops(real_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         t.run("rollout", "status", "deployment/web", "--timeout=120s", timeout=150)
         made[name] = Shop(name, host, t, host.json("get", "vc", name, "-n", ns))
     yield made
-    for name in made:
-        host.run("delete", "vc", name, "-n", ns, "--wait=false", check=False)
+    for name in made:  # the lab as it was found: the slices' pods, claims and ranges gone
+        host.run("delete", "vc", name, "-n", ns, "--wait=true", "--timeout=180s", check=False, timeout=200)
 
 
 def test_each_tenant_gets_a_services_range_of_its_own_served_by_the_host(shops: dict[str, Shop]) -> None:
@@ -315,3 +315,88 @@ def test_port_forward_reaches_a_slice_pod_through_the_tenant(shops: dict[str, Sh
             assert answer.read().decode() == "shop-b-page\n"
     finally:
         proc.kill()
+
+
+def test_vc_apiserver_killed_while_services_are_made_leaves_one_host_service_per_tenant_service(
+        real_stack: Stack, shops: dict[str, Shop]) -> None:
+    shop = shops["shop-b"]
+    t = shop.tenant
+    t.run("create", "namespace", "burst")
+    t.run("apply", "-n", "burst", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"svc-{i}"},
+         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}} for i in range(20)]}))
+
+    def mirrored() -> set[str]:
+        found = shop.host.json("get", "services", "-n", shop.slice_namespace)["items"]
+        return {s["metadata"]["name"] for s in found}
+    until(mirrored, lambda seen: any(n.endswith("-x-burst") for n in seen), 60, "the first host Service")
+    real_stack.api.proc.kill()  # mid-way
+    real_stack.api.start(timeout=60)
+    want = {names.host_name(s["metadata"]["namespace"], s["metadata"]["name"])
+            for s in t.json("get", "services", "-A")["items"] if s["spec"].get("clusterIP") not in (None, "None")}
+    until(mirrored, lambda seen: seen == want, 120, "exactly one host Service per tenant Service")
+    by_name = {s["metadata"]["name"]: s for s in shop.host.json("get", "services", "-n", shop.slice_namespace)["items"]}
+    for s in t.json("get", "services", "-n", "burst")["items"]:
+        assert by_name[names.host_name("burst", s["metadata"]["name"])]["spec"]["clusterIP"] == s["spec"]["clusterIP"]
+    t.run("delete", "namespace", "burst", "--wait=false")
+    until(mirrored, lambda seen: not any(n.endswith("-x-burst") for n in seen), 120, "the burst's host Services gone")
+
+
+def test_a_claim_is_served_by_a_host_claim_and_its_data_outlives_the_pod(shops: dict[str, Shop]) -> None:
+    shop = shops["shop-a"]
+    t = shop.tenant
+    [offered] = t.json("get", "storageclasses")["items"]  # the lab's class, offered to slices, the default
+    assert offered["metadata"]["name"] == STORAGE_CLASS
+    assert offered["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
+    t.run("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}}))
+    until(lambda: t.json("get", "pvc", "data"), lambda c: c["status"].get("phase") == "Bound", 60, "the claim Bound")
+    mount = [{"name": "data", "mountPath": "/data"}]
+    volume = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    phase, _ = run_once(t, "writer", "echo kept > /data/note", volumes=volume, mounts=mount)
+    assert phase == "Succeeded"
+    held = shop.host.json("get", "pvc", "-n", shop.slice_namespace, names.host_name("default", "data"))
+    assert held["status"]["phase"] == "Bound"  # a real volume of the host, where the host pod ran
+    phase, note = run_once(t, "reader", "cat /data/note > /dev/termination-log", volumes=volume, mounts=mount)
+    assert (phase, note.strip()) == ("Succeeded", "kept")
+    for pod in ("writer", "reader"):
+        t.run("delete", "pod", pod, "--wait=true")
+    t.run("delete", "pvc", "data", "--wait=true", timeout=90)
+    until(lambda: shop.host.run("get", "pvc", "-n", shop.slice_namespace, names.host_name("default", "data"),
+                                check=False).returncode, lambda rc: rc != 0, 90, "the host claim deleted with it")
+    assert [v for v in t.json("get", "pv")["items"] if v["spec"]["claimRef"]["name"] == "data"] == []
+
+
+def test_a_generic_ephemeral_volume_lives_and_goes_with_its_pod(shops: dict[str, Shop]) -> None:
+    shop = shops["shop-b"]
+    t = shop.tenant
+    volume = [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "32Mi"}}}}}}]
+    phase, said = run_once(t, "scratcher", "echo ok > /scratch/x && cat /scratch/x > /dev/termination-log",
+                           volumes=volume, mounts=[{"name": "scratch", "mountPath": "/scratch"}])
+    assert (phase, said.strip()) == ("Succeeded", "ok")
+    t.run("delete", "pod", "scratcher", "--wait=true")
+    until(lambda: shop.host.run("get", "pvc", "-n", shop.slice_namespace,
+                                names.host_name("default", "scratcher-scratch"), check=False).returncode,
+          lambda rc: rc != 0, 120, "the ephemeral volume's host claim gone with its pod")
+
+
+def test_a_claim_of_a_class_the_slice_does_not_offer_holds_its_pod_back_with_the_reason(
+        shops: dict[str, Shop]) -> None:
+    t = shops["shop-b"].tenant
+    t.run("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "elsewhere"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                 "resources": {"requests": {"storage": "64Mi"}}}}))
+    t.run("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stuck"},
+        "spec": {"nodeName": names.NODE_NAME, "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "elsewhere"}}],
+                 "containers": [{"name": "c", "image": BUSYBOX, "command": ["sleep", "60"]}]}}))
+    pod = until(lambda: t.json("get", "pod", "stuck"),
+                lambda p: any(c["type"] == names.HOST_SCHEDULED and c.get("reason") == "MissingReference"
+                              for c in p["status"].get("conditions") or []), 60, "the pod held back")
+    [held] = [c for c in pod["status"]["conditions"] if c["type"] == names.HOST_SCHEDULED]
+    assert "elsewhere" in held["message"] and STORAGE_CLASS in held["message"]
+    t.run("delete", "pod", "stuck", "--wait=false")
+    t.run("delete", "pvc", "elsewhere", "--wait=false")

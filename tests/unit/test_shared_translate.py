@@ -191,11 +191,48 @@ def test_an_endpointslice_is_mirrored_with_its_addresses_and_none_of_the_tenants
 
 
 @pytest.mark.parametrize("volume", [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}},
-                                    {"name": "v", "hostPath": {"path": "/etc"}}])
+                                    {"name": "v", "hostPath": {"path": "/etc"}},
+                                    {"name": "v", "csi": {"driver": "x"}}])
 def test_node_bound_volumes_are_refused_with_provider_failed(volume: Obj) -> None:
     with pytest.raises(translate.Refused) as refused:
         translate.host_pod(VC, tenant_pod(volumes=[volume]))
     assert refused.value.reason == "ProviderFailed" and "'v'" in refused.value.message
+
+
+def test_claims_run_on_host_claims_where_storage_is_offered_and_are_refused_where_not() -> None:
+    pod = tenant_pod(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "db"}},
+                              {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}])
+    assert translate.claim_names(pod) == ["db", "web-1-scratch"]
+    with pytest.raises(translate.Refused) as refused:
+        translate.host_pod(VC, pod)
+    assert "--slice-storage-classes" in refused.value.message
+    spec = translate.host_pod(VC, pod, storage=True)["spec"]
+    assert spec["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "db-x-default"}},
+                               {"name": "scratch", "persistentVolumeClaim": {"claimName": "web-1-scratch-x-default"}}]
+
+
+def test_an_offered_class_a_claim_and_its_volume_as_the_tenant_and_the_host_see_them() -> None:
+    host_class = {"metadata": {"name": "local", "annotations": {translate.DEFAULT_CLASS: "true"}},
+                  "provisioner": "rancher.io/local-path", "reclaimPolicy": "Delete",
+                  "volumeBindingMode": "WaitForFirstConsumer"}
+    tenant_class = translate.tenant_storage_class(host_class, default=True)
+    assert (tenant_class["metadata"]["name"], tenant_class["provisioner"], tenant_class["volumeBindingMode"]) == \
+        ("local", translate.PROVISIONER, "Immediate")
+    assert tenant_class["metadata"]["annotations"] == {translate.DEFAULT_CLASS: "true"}
+    assert not translate.storage_class_differs(tenant_class, tenant_class)
+    assert translate.storage_class_differs(tenant_class, translate.tenant_storage_class(host_class, default=False))
+    claim = {"metadata": {"namespace": "default", "name": "db", "uid": "claim-uid"},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",
+                      "resources": {"requests": {"storage": "100Mi"}}}}
+    held = translate.host_claim(VC, claim)
+    assert (held["metadata"]["name"], held["metadata"]["namespace"]) == ("db-x-default", names.host_namespace(VC))
+    assert held["spec"]["resources"] == {"requests": {"storage": "100Mi"}} and held["spec"]["storageClassName"] == "local"
+    assert names.owned_by(held, VC["metadata"]["uid"])
+    volume = translate.tenant_volume(VC, claim)
+    assert volume["metadata"]["name"] == "pvc-claim-uid"
+    assert volume["spec"]["claimRef"]["uid"] == "claim-uid" and volume["spec"]["capacity"] == {"storage": "100Mi"}
+    assert volume["spec"]["csi"] == {"driver": translate.PROVISIONER,
+                                     "volumeHandle": f"{names.host_namespace(VC)}/db-x-default"}
 
 
 def test_status_flows_up_but_the_tenant_keeps_its_qos_class_and_scheduling_condition() -> None:
