@@ -400,3 +400,28 @@ def test_a_claim_of_a_class_the_slice_does_not_offer_holds_its_pod_back_with_the
     assert "elsewhere" in held["message"] and STORAGE_CLASS in held["message"]
     t.run("delete", "pod", "stuck", "--wait=false")
     t.run("delete", "pvc", "elsewhere", "--wait=false")
+
+
+def test_names_resolve_in_the_tenants_dns_only(shops: dict[str, Shop]) -> None:
+    """kubernetes.default is the tenant's apiserver, a headless Service names its pods, a multi-port Service
+    answers on each port; the host's own names are not there."""
+    t = shops["shop-a"].tenant
+    t.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-pods"},
+         "spec": {"clusterIP": "None", "selector": {"app": "web"}, "ports": [{"port": 8080}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-two"},
+         "spec": {"selector": {"app": "web"}, "ports": [{"name": "a", "port": 81, "targetPort": "http"},
+                                                        {"name": "b", "port": 82, "targetPort": 8080}]}}]}))
+    api = t.json("get", "service", "kubernetes")["spec"]["clusterIP"]
+    [pod] = t.json("get", "pods", "-l", "app=web")["items"]
+    script = ("nslookup kubernetes.default.svc.cluster.local; nslookup web-pods.default.svc.cluster.local; "
+              "nslookup kube-dns.kube-system.svc.cluster.local; "
+              "nslookup vc-apiserver.kosmos-system.svc.cluster.local || echo HOST-NAME-UNKNOWN")
+    phase, said = run_once(t, "resolver", f"({script}) > /dev/termination-log 2>&1")
+    assert phase == "Succeeded", said
+    assert api in said and pod["status"]["podIP"] in said
+    assert "HOST-NAME-UNKNOWN" in said and "10.96.0.1\n" not in said
+    for port in (81, 82):
+        phase, page = run_once(t, f"port-{port}", retrying(
+            f"timeout 5 wget -q -O /dev/termination-log http://web-two:{port}/"))
+        assert (phase, page.strip()) == ("Succeeded", "shop-a-page"), port
