@@ -238,15 +238,19 @@ def test_tenants_keep_serving_through_a_restart_of_the_control_plane_nodes_kubel
     before = {p["metadata"]["uid"] for p in life.pods(origin)}
     real_lab.nodes()[0].restart_kubelet()
     real_lab.wait_ready(real_lab.nodes()[0].name)
-    # A restarted kubelet reports its pods unready until their readiness probes pass again (the Service
-    # drops them meanwhile), so the VirtualCluster's Ready, unchanged, says nothing yet: its pods do.
-    life.host.run("wait", "pods", "-n", life.namespace, "-l", f"{OWNER}={origin},{COMPONENT}!=backup",
-                  "--for=condition=Ready",
-                  "--timeout=120s", timeout=150)
+    # A restarted kubelet reports its pods unready until their probes pass again, and the Service drops them
+    # meanwhile: the VirtualCluster's Ready, unchanged, says nothing yet, the tenant's answers do.
     life.wait_ready(origin)
-    assert life.tenant(origin).json("get", "configmap", "later")["data"] == {"state": "after"}
+    tenant = life.tenant(origin)
+    wait_until(lambda: tenant.run("get", "configmap", "later", check=False).returncode == 0, 90,
+               "the tenant answering again", interval=1)
+    assert tenant.json("get", "configmap", "later")["data"] == {"state": "after"}
     assert {p["metadata"]["uid"] for p in life.pods(origin)} == before, "the same pods"
-    assert set(life.restarts(origin).values()) == {0}, "containers outlive their kubelet's restart"
+    # etcd and the apiserver outlive their kubelet's restart. A controller-manager whose lease could not be
+    # renewed while its apiserver was out of the Service exits by design, and is restarted in place.
+    serving = {name: count for name, count in life.restarts(origin).items()
+               if any(f"-{c}-" in name for c in ("etcd", "apiserver"))}
+    assert serving and set(serving.values()) == {0}, life.restarts(origin)
 
 
 def test_a_tenant_whose_etcd_pod_is_killed_while_it_starts_becomes_ready_with_nothing_left_over(
