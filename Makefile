@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 NODES ?= 4
 REAL_NODES ?= 0
 
-.PHONY: up down test test-fast unit bins node-packages images env lint clean help
+.PHONY: up down test test-fast unit bins node-packages images env lint clean help conformance
 
 help:
 	@echo "make up      start etcd + vc-apiserver on loopback, write .local/kubeconfig"
@@ -20,6 +20,7 @@ help:
 	@echo "             kubectl, kwok, kubelet, kube-proxy, coredns"
 	@echo "make images  build the container images (hack/images), print their sizes and build times"
 	@echo "make lint    ruff"
+	@echo "make conformance  Kubernetes' conformance suite against the host and two tenants (docs/conformance.md)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,6 +56,12 @@ lint: env
 TEST_WORKERS ?= 3
 test: env bins node-packages lint
 	$(PY) -m pytest -p no:cacheprovider -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests
+
+# Kubernetes' own [Conformance] suite against the host, a dedicated tenant and a slice tenant on the
+# real-node lab (root); docs/conformance.md from the JUnit files. CONFORMANCE_ARGS="--smoke" for the
+# short subset make test runs, "--targets dedicated --focus 'sig-network.*Conformance'" for a part.
+conformance: env bins node-packages
+	$(PY) -m hack.conformance run $(CONFORMANCE_ARGS)
 
 # The inner loop: the pure-logic specs and the etcd-backed integration tests, in a minute or two.
 test-fast: env bins

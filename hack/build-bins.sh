@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds etcd, etcdctl and etcdutl (restores tenants from snapshots), kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,
 # and the node binaries kubelet, kube-proxy and CoreDNS (with kube-log-runner, the images' go-runner),
-# and local-path-provisioner (the real-node lab's storage)
+# and local-path-provisioner (the real-node lab's storage),
+# and Kubernetes' own end-to-end suite at the same version: e2e.test, ginkgo to run it in parallel, and
+# agnhost, the suite's test image binary (hack/conformance.py, hack/images)
 # from the Go module proxy at the versions pinned in reconciler/versions.env.
 # Builds are cached in $VC_CACHE (default ~/.cache/vc-apiserver); .local/bin links to them.
 # A missing binary is built, a present one reused; whatever cannot be built fails the script.
@@ -114,6 +116,32 @@ build_kubernetes() {
   done
 }
 
+# The conformance suite is a test binary (`go test -c`), built in the same wrapper module, with the
+# same version stamps (the suite logs and compares the server's version to its own); ginkgo at the
+# version Kubernetes' go.mod requires.
+build_e2e() {
+  local missing=0 b
+  for b in e2e.test ginkgo agnhost; do [ -x "$k8s_dir/$b" ] || missing=1; done
+  [ $missing = 0 ] && return 0
+  [ -f "$k8s_dir/src/go.mod" ] || die "no wrapper module in $k8s_dir/src: build the kubernetes binaries first"
+  echo "build-bins: building the e2e suite $KUBERNETES_VERSION (e2e.test, ginkgo, agnhost)"
+  local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+  local ldflags="-s -w" p
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  mkdir -p "$k8s_dir/out"
+  (cd "$k8s_dir/src" &&
+    go test -c -trimpath -ldflags="$ldflags" -o "$k8s_dir/out/e2e.test" k8s.io/kubernetes/test/e2e &&
+    go build -trimpath -ldflags="-s -w" -o "$k8s_dir/out/" github.com/onsi/ginkgo/v2/ginkgo \
+      k8s.io/kubernetes/test/images/agnhost) || die "building the e2e suite $KUBERNETES_VERSION failed"
+  for b in e2e.test ginkgo agnhost; do
+    [ -x "$k8s_dir/out/$b" ] || die "go build made no $b"
+    mv "$k8s_dir/out/$b" "$k8s_dir/$b"
+  done
+}
+
 build_kwok() {
   [ -x "$kwok_dir/kwok" ] && return 0
   echo "build-bins: building kwok $KWOK_VERSION"
@@ -152,6 +180,7 @@ mkdir -p "$cache"
 build_etcd
 build_kwok
 build_kubernetes
+build_e2e
 build_coredns
 build_local_path_provisioner
 
@@ -161,5 +190,5 @@ link "$etcd_dir/etcdutl"
 link "$kwok_dir/kwok"
 link "$coredns_dir/coredns"
 link "$lpp_dir/local-path-provisioner"
-for b in "${k8s_bins[@]}"; do link "$k8s_dir/$b"; done
+for b in "${k8s_bins[@]}" e2e.test ginkgo agnhost; do link "$k8s_dir/$b"; done
 echo "build-bins: ready in $links: $(ls "$links" | tr '\n' ' ')"

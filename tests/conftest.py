@@ -35,7 +35,7 @@ _counter = itertools.count()
 # measured (.local/test-durations.txt), not promised.
 SHARED_LABS = {
     "real-nodes": ("test_real_lifecycle.py", "test_in_cluster.py", "test_real_nodes.py", "test_images.py",
-                   "test_real_rotation.py", "test_slice_apps.py"),
+                   "test_real_rotation.py", "test_slice_apps.py", "test_conformance.py"),
     "differential": ("test_differential.py", "test_managedfields_differential.py"),
     "playground": ("test_docs.py", "test_metering.py", "test_kubectl_plugin.py"),  # one process_host, as `make up` starts it
 }

@@ -7,7 +7,8 @@
 
 `import` builds first what is not built yet. NAME is a short name: pause, busybox, etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, coredns, local-path-provisioner,
-kubectl, vc-apiserver.
+kubectl, vc-apiserver (the nodes' images, the default), or one of the conformance suite's images:
+e2e-busybox, agnhost, nginx, nginx-new, jessie-dnsutils, e2e-nonroot (hack/images/e2e.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ import argparse
 import sys
 
 from hack.images import build as b
-from hack.images import debian
+from hack.images import debian, e2e
+
+
+def catalogue(names: list[str]) -> list[b.Recipe]:
+    """The nodes' images by default; any image by name."""
+    return b.recipes() + e2e.recipes() if names else b.recipes()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,15 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.command == "build":
-            built = b.build_all(args.names, force=args.force)
+            built = b.build_all(args.names, force=args.force, catalogue=catalogue(args.names))
             print(b.table(built))
         elif args.command == "import":
-            built = b.build_all(args.names)
+            built = b.build_all(args.names, catalogue=catalogue(args.names))
             b.import_images(built, args.address, args.namespace)
         elif args.command == "list":
             ctx = b.Context()
             builder = b.builder_digest()
-            for r in b.select(None):
+            for r in b.recipes() + e2e.recipes():
                 key = b.image_key(ctx, r, builder)
                 path = ctx.images / r.name / key / "image.tar"
                 print(f"{r.name:<24} {r.ref:<48} {path if path.exists() else '(not built)'}")

@@ -121,6 +121,7 @@ class Recipe:
     inputs: Callable[[Context], Any]  # JSON-able: everything the image is made from
     layers: Callable[[Context, Path], Layers]  # the layers, given a scratch directory
     config: dict[str, Any]
+    aliases: tuple[str, ...] = ()  # more references the same image is imported under
 
 
 def base_files(tree: oci.Tree) -> oci.Tree:
@@ -260,29 +261,33 @@ def pause() -> Recipe:
                   {"Entrypoint": ["/pause"], "User": "65535:65535"})
 
 
-def busybox() -> Recipe:
-    roots = ("busybox-static",)
+BUSYBOX = ("busybox-static",)
 
-    def layers(ctx: Context, work: Path) -> Layers:
-        root = work / "root"
-        ctx.debian_root(root, roots, {"busybox-static": ["bin/busybox"]})
-        applets = run([str(root / "bin/busybox"), "--list"], "busybox --list").stdout.split()
-        if "sh" not in applets:
-            raise BuildError("busybox-static has no sh applet")
-        tree = oci.Tree().file("bin/busybox", source=root / "bin/busybox", mode=0o755)
-        for applet in applets:
-            if applet != "busybox":
-                tree.symlink(f"bin/{applet}", "busybox")
-        tree.file("etc/passwd", "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/usr/sbin:/bin/false\n"
-                                "nobody:x:65534:65534:nobody:/home:/bin/false\n")
-        tree.file("etc/group", "root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n")
-        tree.file("etc/nsswitch.conf", "hosts: files dns\n")
-        tree.dir("root", 0o700).dir("tmp", 0o1777).dir("home").dir("var").dir("usr/sbin")
-        version = ctx.packages(roots, roots)["busybox-static"].version
-        return [(f"debian: busybox-static={version} /bin/busybox + {len(applets)} applet links", tree)]
-    return Recipe("busybox", "docker.io/library/busybox:1.36",
-                  lambda ctx: debian.key(ctx.packages(roots, roots)), layers,
-                  {"Env": [f"PATH={PATH}"], "Cmd": ["sh"]})
+
+def busybox_tree(ctx: Context, work: Path, skip: Callable[[str], bool] = lambda path: False) -> tuple[str, oci.Tree]:
+    """Debian's static busybox with a link per applet in /bin (but where ``skip(path)``: a real tool
+    of another layer), and busybox's own users and directories."""
+    root = work / "busybox"
+    ctx.debian_root(root, BUSYBOX, {"busybox-static": ["bin/busybox"]})
+    applets = run([str(root / "bin/busybox"), "--list"], "busybox --list").stdout.split()
+    if "sh" not in applets:
+        raise BuildError("busybox-static has no sh applet")
+    tree = oci.Tree().file("bin/busybox", source=root / "bin/busybox", mode=0o755)
+    linked = [a for a in applets if a != "busybox" and not skip(f"bin/{a}")]
+    for applet in linked:
+        tree.symlink(f"bin/{applet}", "busybox")
+    tree.file("etc/passwd", "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/usr/sbin:/bin/false\n"
+                            "nobody:x:65534:65534:nobody:/home:/bin/false\n")
+    tree.file("etc/group", "root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n")
+    tree.file("etc/nsswitch.conf", "hosts: files dns\n")
+    tree.dir("root", 0o700).dir("tmp", 0o1777).dir("home").dir("var").dir("usr/sbin")
+    version = ctx.packages(BUSYBOX, BUSYBOX)["busybox-static"].version
+    return f"debian: busybox-static={version} /bin/busybox + {len(linked)} applet links", tree
+
+
+def busybox(ref: str = "docker.io/library/busybox:1.36", name: str = "busybox") -> Recipe:
+    return Recipe(name, ref, lambda ctx: debian.key(ctx.packages(BUSYBOX, BUSYBOX)),
+                  lambda ctx, work: [busybox_tree(ctx, work)], {"Env": [f"PATH={PATH}"], "Cmd": ["sh"]})
 
 
 # -- vc-apiserver ---------------------------------------------------------------------------------
@@ -463,7 +468,8 @@ class Built:
 
 
 def image_key(ctx: Context, recipe: Recipe, builder: str) -> str:
-    inputs = {"builder": builder, "ref": recipe.ref, "config": recipe.config, "inputs": recipe.inputs(ctx),
+    inputs = {"builder": builder, "ref": recipe.ref, "aliases": list(recipe.aliases), "config": recipe.config,
+              "inputs": recipe.inputs(ctx),
               "epoch": oci.source_date_epoch()}
     return hashlib.sha256(oci.canonical_json(inputs)).hexdigest()[:20]
 
@@ -488,7 +494,7 @@ def build(recipe: Recipe, ctx: Context, builder: str | None = None, force: bool 
         out_dir.mkdir(parents=True, exist_ok=True)
         partial = out_dir / f"image.tar.{os.getpid()}.partial"  # builds of one image may run side by side
         with partial.open("wb") as f:
-            digest = oci.write_archive(f, recipe.ref, config, blobs)
+            digest = oci.write_archive(f, recipe.ref, config, blobs, aliases=recipe.aliases)
         partial.rename(archive)
     info = {"ref": recipe.ref, "key": key, "digest": digest.digest, "archive_bytes": archive.stat().st_size,
             "layers": [{"digest": b.digest, "bytes": b.size, "created_by": h} for (b, _), (h, _) in zip(blobs, layers, strict=True)],
@@ -514,8 +520,8 @@ def write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def select(names: list[str] | None) -> list[Recipe]:
-    all_recipes = recipes()
+def select(names: list[str] | None, catalogue: list[Recipe] | None = None) -> list[Recipe]:
+    all_recipes = recipes() if catalogue is None else catalogue
     if not names:
         return all_recipes
     by_name = {r.name: r for r in all_recipes}
@@ -525,11 +531,12 @@ def select(names: list[str] | None) -> list[Recipe]:
 
 
 def build_all(names: list[str] | None = None, ctx: Context | None = None, force: bool = False,
-              say: Callable[[str], None] = print) -> list[Built]:
+              say: Callable[[str], None] = print, catalogue: list[Recipe] | None = None) -> list[Built]:
+    """Build ``names`` (all) of ``catalogue`` (the nodes' images, :func:`recipes`)."""
     ctx = ctx or Context()
     builder = builder_digest()
     out = []
-    for recipe in select(names):
+    for recipe in select(names, catalogue):
         b = build(recipe, ctx, builder, force)
         say(f"images: {recipe.ref:<48} {'cached' if b.cached else 'built '} {b.seconds:6.1f} s")
         out.append(b)

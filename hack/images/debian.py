@@ -24,6 +24,7 @@ EXCLUDED = frozenset({
     "dpkg", "debconf", "debconf-2.0", "cdebconf", "perl-base", "debianutils", "init-system-helpers",
     "tar", "gzip", "coreutils", "install-info", "readline-common", "sensible-utils", "lsb-base",
     "sysvinit-utils", "usrmerge", "libc-bin",
+    "base-files",  # the distribution's /etc files (its own depends on the virtual awk): images bring their own
 })
 DROPPED = ("usr/share/doc/", "usr/share/man/", "usr/share/info/", "usr/share/locale/", "usr/share/lintian/",
            "usr/share/bug/", "usr/share/doc-base/", "usr/share/bash-completion/", "usr/share/zsh/",
@@ -43,6 +44,7 @@ class Package:
     filename: str  # the pool path, e.g. pool/main/p/python3.11/python3.11-minimal_3.11.2-6_amd64.deb
     sha256: str
     depends: tuple[tuple[str, ...], ...]  # Pre-Depends and Depends: groups of alternatives
+    provides: tuple[str, ...] = ()  # virtual packages it stands for (nginx-light: nginx-abi-1.22.1-7)
 
     @property
     def deb_name(self) -> str:
@@ -84,8 +86,9 @@ def parse_stanzas(text: str) -> dict[str, Package]:
         if "Package" not in fields or "Version" not in fields:
             continue
         depends = parse_depends(fields.get("Pre-Depends", "")) + parse_depends(fields.get("Depends", ""))
+        provides = tuple(n for g in parse_depends(fields.get("Provides", "")) for n in g)
         out.setdefault(fields["Package"], Package(fields["Package"], fields["Version"], fields.get("Filename", ""),
-                                                  fields.get("SHA256", ""), depends))
+                                                  fields.get("SHA256", ""), depends, provides))
     return out
 
 
@@ -127,8 +130,9 @@ def resolve(roots: Iterable[str], exclude: Iterable[str] = EXCLUDED, follow: Cal
             taken[n] = known[n]  # type: ignore[assignment]
         groups = [(n, g) for n in batch if follow(n) for g in taken[n].depends]
         lookup(a for _, g in groups for a in g if a not in exclude)
+        provided = {v for t in (*taken, *queue) for v in (known[t].provides if known.get(t) else ())}
         for n, group in groups:
-            if any(a in taken or a in queue or a in exclude for a in group):
+            if any(a in taken or a in queue or a in exclude or a in provided for a in group):
                 continue
             real = [a for a in group if known.get(a) is not None]
             if not real:

@@ -292,17 +292,18 @@ def manifest(config: Blob, layers: list[Blob]) -> bytes:
     })
 
 
-def index(manifest_blob: Blob, ref: str) -> bytes:
+def index(manifest_blob: Blob, ref: str, *aliases: str) -> bytes:
+    """One entry per name: ``ctr images import`` names an image after each entry's annotation."""
     return canonical_json({
         "schemaVersion": 2, "mediaType": MEDIA_INDEX,
         "manifests": [{"mediaType": MEDIA_MANIFEST, "digest": manifest_blob.digest, "size": manifest_blob.size,
-                       "annotations": {ANNOTATION_NAME: ref, ANNOTATION_REF: tag_of(ref)},
-                       "platform": {"architecture": "amd64", "os": "linux"}}],
+                       "annotations": {ANNOTATION_NAME: r, ANNOTATION_REF: tag_of(r)},
+                       "platform": {"architecture": "amd64", "os": "linux"}} for r in (ref, *aliases)],
     })
 
 
-def docker_manifest(config: Blob, layers: list[Blob], ref: str) -> bytes:
-    return canonical_json([{"Config": f"blobs/sha256/{config.hex}", "RepoTags": [docker_tag(ref)],
+def docker_manifest(config: Blob, layers: list[Blob], ref: str, *aliases: str) -> bytes:
+    return canonical_json([{"Config": f"blobs/sha256/{config.hex}", "RepoTags": [docker_tag(r) for r in (ref, *aliases)],
                             "Layers": [f"blobs/sha256/{b.hex}" for b in layers]}])
 
 
@@ -326,9 +327,10 @@ def blob_of(data: bytes) -> Blob:
 
 
 def write_archive(out: BinaryIO, ref: str, config: bytes, layers: Iterable[tuple[Blob, Path]],
-                  mtime: int | None = None) -> Blob:
+                  mtime: int | None = None, aliases: tuple[str, ...] = ()) -> Blob:
     """The image archive: OCI layout + docker ``manifest.json``. ``layers`` are (blob, layer tar
-    file) in order; returns the manifest's blob (the image's digest)."""
+    file) in order; ``aliases`` are more names for the same image. Returns the manifest's blob (the
+    image's digest)."""
     mtime = source_date_epoch() if mtime is None else mtime
     layers = list(layers)
     config_blob = blob_of(config)
@@ -336,8 +338,8 @@ def write_archive(out: BinaryIO, ref: str, config: bytes, layers: Iterable[tuple
     man_blob = blob_of(man)
     members: dict[str, bytes | Path] = {
         "oci-layout": canonical_json({"imageLayoutVersion": "1.0.0"}),
-        "index.json": index(man_blob, ref),
-        "manifest.json": docker_manifest(config_blob, [b for b, _ in layers], ref),
+        "index.json": index(man_blob, ref, *aliases),
+        "manifest.json": docker_manifest(config_blob, [b for b, _ in layers], ref, *aliases),
         f"blobs/sha256/{config_blob.hex}": config,
         f"blobs/sha256/{man_blob.hex}": man,
     }

@@ -1,0 +1,371 @@
+"""``make conformance``: Kubernetes' own ``[Conformance]`` suite against three targets on the real-node lab.
+
+- ``host``: the lab's host cluster itself, the reference for what this lab can pass at all;
+- ``dedicated``: a tenant with the lab's real workers promoted into it;
+- ``slice``: a tenant on a shared slice of the host (its pods run in the host under a quota).
+
+The suite is ``e2e.test`` at the pinned Kubernetes version (hack/build-bins.sh) and its images are
+built here (hack/images/e2e.py) under the names it expects. Each target's run writes a JUnit file
+under ``.local/conformance/<target>/``; ``docs/conformance.md`` is regenerated from them.
+
+  python -m hack.conformance run [--targets host,dedicated,slice] [--focus RE] [--procs N]
+  python -m hack.conformance report        docs/conformance.md from the last runs' JUnit files
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hack.harness import BIN, LOCAL, REPO, HostCluster, binary, wait_until
+from reconciler import versions
+
+OUT = LOCAL / "conformance"
+DOC = REPO / "docs" / "conformance.md"
+TARGETS = ("host", "dedicated", "slice")
+NAMESPACE = "conformance"
+SLICE = {"cpu": "2", "memory": "4Gi"}
+CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane"
+
+# What no target here runs, each with its reason (the suite's own labels).
+SKIPS: tuple[tuple[str, str], ...] = (
+    (r"\[Disruptive\]", "restarts or breaks nodes and control-plane components the lab shares with every target"),
+)
+
+# What a slice cannot do by design; each is also named, with its reason, in docs/conformance.md.
+SLICE_SKIPS: tuple[tuple[str, str], ...] = ()
+
+# One or two tests per area: what ``make test`` runs on the tenants (tests/e2e/test_conformance.py).
+SMOKE = (
+    "[sig-node] Pods should get a host IP [NodeConformance] [Conformance]",
+    "[sig-node] Container Runtime blackbox test on terminated container should report termination message "
+    "from file when pod succeeds and TerminationMessagePolicy FallbackToLogsOnError is set [NodeConformance] "
+    "[Conformance]",
+    "[sig-storage] Secrets should be consumable from pods in volume [NodeConformance] [Conformance]",
+    "[sig-storage] EmptyDir volumes should support (root,0644,default) [LinuxOnly] [NodeConformance] [Conformance]",
+    "[sig-network] Services should serve a basic endpoint from pods [Conformance]",
+    "[sig-network] DNS should provide DNS for services [Conformance]",
+    "[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones [Conformance]",
+    "[sig-api-machinery] ResourceQuota should create a ResourceQuota and capture the life of a pod. [Conformance]",
+    "[sig-cli] Kubectl logs logs should be able to retrieve and filter logs [Conformance]",
+    "[sig-auth] ServiceAccounts should mount an API token into pods [Conformance]",
+)
+
+
+def go_regex(text: str) -> str:
+    """``text`` matched literally by Go's regexp (RE2 rejects Python's escaped spaces)."""
+    return re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", text)
+
+
+def focus_of(names: Iterable[str]) -> str:
+    return "|".join(go_regex(n) for n in names)
+
+
+# -- running the suite ------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    target: str
+    kubeconfig: Path
+    out: Path
+    focus: str = r"\[Conformance\]"
+    skips: tuple[tuple[str, str], ...] = SKIPS
+    procs: int = 4
+    timeout: str = "60m"
+    extra: list[str] = field(default_factory=list)
+
+    def argv(self) -> list[str]:
+        skip = "|".join(r for r, _ in self.skips)
+        return [binary("ginkgo"), f"--procs={self.procs}", f"--focus={self.focus}",
+                *([f"--skip={skip}"] if skip else []), f"--timeout={self.timeout}", "--no-color", "--silence-skips",
+                f"--output-dir={self.out}", "--junit-report=junit.xml", "--keep-going",
+                binary("e2e.test"), "--",
+                f"--kubeconfig={self.kubeconfig}", "--provider=skeleton", f"--kubectl-path={binary('kubectl')}",
+                f"--non-blocking-taints={CONTROL_PLANE_TAINT}", "--disable-log-dump",
+                f"--report-dir={self.out}", *self.extra]
+
+    def execute(self, say: Callable[[str], None] = print) -> Results:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "junit.xml").unlink(missing_ok=True)
+        started = time.monotonic()
+        say(f"conformance     {self.target}: {' '.join(self.argv()[:4])} ... (log: {self.out / 'suite.log'})")
+        env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "KUBECONFIG": str(self.kubeconfig)}
+        with (self.out / "suite.log").open("w") as log:
+            proc = subprocess.run(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.out)
+        seconds = time.monotonic() - started
+        if not (self.out / "junit.xml").exists():
+            tail = (self.out / "suite.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the suite against {self.target} wrote no JUnit report (exit {proc.returncode}):\n{tail}")
+        results = Results.read(self.target, self.out / "junit.xml")
+        results.seconds = seconds
+        (self.out / "run.json").write_text(json.dumps({"seconds": round(seconds, 1), "procs": self.procs,
+                                                      "focus": self.focus, "skips": list(self.skips)}))
+        say(f"conformance     {self.target}: {results.summary()} in {seconds / 60:.1f} min")
+        return results
+
+
+@dataclass
+class Case:
+    name: str
+    status: str  # passed, failed, skipped
+    seconds: float
+    message: str = ""
+
+    @property
+    def sig(self) -> str:
+        m = re.match(r"\[(sig-[a-z-]+)\]", self.name)
+        return m.group(1) if m else "other"
+
+    @property
+    def cause(self) -> str:
+        """The failure's first meaningful line."""
+        for line in self.message.splitlines():
+            line = line.strip().removeprefix("[FAILED]").strip()
+            if line and not line.startswith(("In [", "at:")):
+                return line[:200]
+        return ""
+
+
+@dataclass
+class Results:
+    target: str
+    cases: list[Case]
+    seconds: float = 0.0
+    focus: str = r"\[Conformance\]"
+    procs: int = 0
+
+    @property
+    def scope(self) -> str:
+        if self.focus == r"\[Conformance\]":
+            return "every [Conformance] test"
+        if self.focus == focus_of(SMOKE):
+            return f"the smoke subset ({len(SMOKE)})"
+        return f"`--focus {self.focus}`"
+
+    @classmethod
+    def read(cls, target: str, junit: Path) -> Results:
+        cases = []
+        for tc in ET.parse(junit).getroot().iter("testcase"):
+            name = tc.get("name", "")
+            if name.startswith("[SynchronizedBeforeSuite]") or name.startswith("[SynchronizedAfterSuite]") \
+                    or name.startswith("[ReportAfterSuite]") or name.startswith("[ReportBeforeSuite]"):
+                if tc.find("failure") is None and tc.find("error") is None:
+                    continue
+            name = re.sub(r"^\[It\]\s*", "", name)
+            suite_level = name.startswith("[Synchronized")
+            if "[Conformance]" not in name and not suite_level:
+                continue  # the suite's other specs: never selected here
+            failure = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
+            if failure is not None:
+                status, message = "failed", (failure.get("message") or "") + "\n" + (failure.text or "")
+            elif tc.find("skipped") is not None:
+                status, message = "skipped", tc.find("skipped").get("message", "")  # type: ignore[union-attr]
+            else:
+                status, message = "passed", ""
+            cases.append(Case(name, status, float(tc.get("time", "0") or 0), message))
+        return cls(target, cases)
+
+    def count(self, status: str, sig: str | None = None) -> int:
+        return sum(1 for c in self.cases if c.status == status and (sig is None or c.sig == sig))
+
+    def summary(self) -> str:
+        return (f"{self.count('passed')} passed, {self.count('failed')} failed, "
+                f"{self.count('skipped')} skipped")
+
+    def failed(self) -> list[Case]:
+        return [c for c in self.cases if c.status == "failed"]
+
+
+# -- the targets --------------------------------------------------------------------------------
+
+class Lab:
+    """The real-node lab with three real nodes (a control plane and two workers) and no kwok node,
+    the suite's images imported into every node's containerd."""
+
+    def __init__(self, root: Path = OUT / "lab", real_nodes: int = 3) -> None:
+        from hack.stack import Stack, StackPorts
+        self.stack = Stack(root, StackPorts.free(), runtime="pods", real_nodes=real_nodes)
+
+    def up(self, say: Callable[[str], None] = print) -> None:
+        self.stack.up(nodes=0, say=say)
+        import_suite_images(self.stack, say)
+
+    def down(self) -> None:
+        self.stack.down()
+
+    def workers(self) -> list[str]:
+        return [n.name for n in self.stack.lab().nodes() if not n.control_plane]
+
+
+def import_suite_images(stack: object, say: Callable[[str], None] = print) -> None:
+    """The suite's images into each running real node (built first if not cached)."""
+    from hack.images import build, e2e
+    lab = stack.lab()  # type: ignore[attr-defined]
+    running = [n for n in lab.nodes() if (n.root / "node.json").exists()]
+    if not running:
+        return
+    built = build.build_all(ctx=None, say=lambda _: None, catalogue=e2e.recipes())
+    for node in running:
+        node.import_images([b.path for b in built])
+    say(f"suite images    {len(built)} imported into {', '.join(n.name for n in running)}")
+
+
+def create_tenant(host: HostCluster, name: str, spec: dict[str, object], directory: Path,
+                  say: Callable[[str], None] = print, timeout: float = 300) -> Path:
+    """A VirtualCluster in the ``conformance`` namespace, Ready with its nodes Ready; its kubeconfig."""
+    host.kubectl("create", "namespace", NAMESPACE, check=False)
+    host.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
+        "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}))
+    started = time.monotonic()
+
+    def ready() -> bool:
+        out = host.kubectl("get", "vc", name, "-n", NAMESPACE, "-o", "json", check=False)
+        conditions = json.loads(out.stdout).get("status", {}).get("conditions", []) if out.returncode == 0 else []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    wait_until(ready, timeout, f"VirtualCluster {NAMESPACE}/{name} Ready", interval=1)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.kubeconfig"
+    raw = host.kubectl("get", "--raw", f"/apis/kosmos.io/v1alpha1/namespaces/{NAMESPACE}/virtualclusters/{name}/kubeconfig")
+    path.write_text(raw.stdout)
+
+    def nodes_ready() -> bool:
+        out = subprocess.run([binary("kubectl"), "--kubeconfig", str(path), "get", "nodes", "-o", "json"],
+                             capture_output=True, text=True)
+        if out.returncode:
+            return False
+        items = json.loads(out.stdout)["items"]
+        return bool(items) and all(any(c["type"] == "Ready" and c["status"] == "True"
+                                       for c in n["status"].get("conditions", [])) for n in items)
+    wait_until(nodes_ready, timeout, f"the nodes of {name} Ready", interval=1)
+    say(f"tenant          {name} Ready with its nodes in {time.monotonic() - started:.1f}s")
+    return path
+
+
+def delete_tenant(host: HostCluster, name: str, timeout: float = 300) -> None:
+    """Delete the VirtualCluster and wait until it is gone (its nodes back in the host)."""
+    host.kubectl("delete", "vc", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=false")
+    wait_until(lambda: host.kubectl("get", "vc", name, "-n", NAMESPACE, check=False).returncode != 0, timeout,
+               f"VirtualCluster {NAMESPACE}/{name} deleted", interval=1)
+
+
+def target_spec(target: str, lab: Lab) -> dict[str, object]:
+    if target == "dedicated":
+        return {"promoteResources": {"nodes": lab.workers()}}
+    return {"promoteResources": {"resources": SLICE}}
+
+
+def run_targets(targets: list[str], focus: str, procs: int, say: Callable[[str], None] = print) -> list[Results]:
+    lab = Lab()
+    results = []
+    try:
+        lab.up(say)
+        for target in targets:
+            skips = SKIPS + (SLICE_SKIPS if target == "slice" else ())
+            if target == "host":
+                kubeconfig = lab.stack.kubeconfig
+            else:
+                kubeconfig = create_tenant(lab.stack.host, f"conformance-{target}", target_spec(target, lab), OUT, say)
+            try:
+                results.append(Run(target, kubeconfig, OUT / target, focus, skips, procs).execute(say))
+            finally:
+                if target != "host":
+                    delete_tenant(lab.stack.host, f"conformance-{target}")
+    finally:
+        lab.down()
+    return results
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+def load(target: str) -> Results | None:
+    junit = OUT / target / "junit.xml"
+    if not junit.exists():
+        return None
+    results = Results.read(target, junit)
+    meta = OUT / target / "run.json"
+    if meta.exists():
+        run = json.loads(meta.read_text())
+        results.seconds, results.focus, results.procs = run["seconds"], run["focus"], run["procs"]
+    return results
+
+
+def report(results: list[Results]) -> str:
+    """docs/conformance.md: the targets side by side, per SIG, then each failure with its cause."""
+    lines = [
+        "# Conformance",
+        "",
+        "Generated by `make conformance` (`python -m hack.conformance`); do not edit by hand.",
+        "",
+        f"Kubernetes' own conformance suite, `e2e.test` {versions.KUBERNETES_VERSION} built from the Go module "
+        "proxy, run on the real-node lab (three kubelet + containerd nodes: a control plane and two "
+        "workers) against:",
+        "",
+        "- **host**: the lab's host cluster itself, the reference for what this lab can pass;",
+        "- **dedicated**: a tenant with both real workers promoted into it;",
+        f"- **slice**: a tenant on a shared slice ({SLICE['cpu']} CPUs, {SLICE['memory']}): one virtual node, its "
+        "pods running in the host under the slice's quota.",
+        "",
+    ]
+    sigs = sorted({c.sig for r in results for c in r.cases})
+    header = "| SIG | " + " | ".join(f"{r.target} passed / failed / skipped" for r in results) + " |"
+    lines += [header, "|---|" + "---|" * len(results)]
+    for sig in sigs:
+        cells = [f"{r.count('passed', sig)} / {r.count('failed', sig)} / {r.count('skipped', sig)}" for r in results]
+        lines.append(f"| {sig} | " + " | ".join(cells) + " |")
+    totals = [f"**{r.count('passed')} / {r.count('failed')} / {r.count('skipped')}**" for r in results]
+    lines.append("| **all** | " + " | ".join(totals) + " |")
+    lines.append("| minutes | " + " | ".join(f"{r.seconds / 60:.1f} ({r.procs} processes)" for r in results) + " |")
+    lines.append("| what ran | " + " | ".join(r.scope for r in results) + " |")
+    lines += ["", "## Skipped everywhere", ""]
+    lines += [f"- `{pattern}`: {reason}" for pattern, reason in SKIPS]
+    lines += ["", "## Not run on a slice, by design", ""]
+    lines += [f"- `{pattern}`: {reason}" for pattern, reason in SLICE_SKIPS] or ["- (none)"]
+    for r in results:
+        lines += ["", f"## Failures on {r.target}", ""]
+        failed = r.failed()
+        lines += [f"- {c.name}: {c.cause}" for c in failed] or ["- (none)"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hack.conformance", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("run", help="start the lab, run the suite against each target, write the report")
+    q.add_argument("--targets", default=",".join(TARGETS))
+    q.add_argument("--focus", default=r"\[Conformance\]", help="the specs to run (a Go regexp)")
+    q.add_argument("--smoke", action="store_true", help="only the short subset make test runs")
+    q.add_argument("--procs", type=int, default=4, help="ginkgo processes")
+    sub.add_parser("report", help="regenerate docs/conformance.md from the last runs")
+    args = p.parse_args(argv)
+    try:
+        if args.command == "run":
+            targets = [t for t in args.targets.split(",") if t]
+            if unknown := [t for t in targets if t not in TARGETS]:
+                p.error(f"unknown target {', '.join(unknown)} (there are {', '.join(TARGETS)})")
+            focus = focus_of(SMOKE) if args.smoke else args.focus
+            run_targets(targets, focus, args.procs)
+        results = [r for t in TARGETS if (r := load(t)) is not None]
+        if not results:
+            print("conformance: no run to report (python -m hack.conformance run)", file=sys.stderr)
+            return 1
+        DOC.write_text(report(results))
+        print(f"conformance: wrote {DOC.relative_to(REPO)}")
+    except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as e:
+        print(f"conformance: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
