@@ -15,9 +15,12 @@ under ``.local/conformance/<target>/``; ``docs/conformance.md`` is regenerated f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -100,7 +103,15 @@ class Run:
         say(f"conformance     {self.target}: {' '.join(self.argv()[:4])} ... (log: {self.out / 'suite.log'})")
         env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "KUBECONFIG": str(self.kubeconfig)}
         with (self.out / "suite.log").open("w") as log:
-            proc = subprocess.run(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.out)
+            # a session of its own: ginkgo's e2e.test processes go with it on Ctrl-C or a failure here
+            proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.out,
+                                    start_new_session=True)
+            try:
+                proc.wait()
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # whatever of the run is left, once it ended or was cut
+                proc.wait()
         seconds = time.monotonic() - started
         if not (self.out / "junit.xml").exists():
             tail = (self.out / "suite.log").read_text(errors="replace")[-3000:]
@@ -196,6 +207,13 @@ class Lab:
         self.stack = Stack(root, StackPorts.free(), runtime="pods", real_nodes=real_nodes)
 
     def up(self, say: Callable[[str], None] = print) -> None:
+        """A fresh lab: what an interrupted run left is taken down and its state removed first."""
+        spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        if not (self.stack.root / "nodes").exists() and any(n.netns in spaces for n in self.stack.lab().nodes()):
+            raise RuntimeError("another real-node lab runs on this machine (`make up REAL_NODES=2` or `make test`); "
+                               "the lab has one bridge and fixed addresses: `make down`, or wait for the tests")
+        self.stack.down()
+        shutil.rmtree(self.stack.root, ignore_errors=True)
         self.stack.up(nodes=0, say=say)
         import_suite_images(self.stack, say)
 

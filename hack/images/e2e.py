@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hack.images import debian, oci
 from hack.images.build import (
+    BUSYBOX,
     PATH,
     BuildError,
     Context,
@@ -24,10 +25,11 @@ from hack.images.build import (
     Recipe,
     base_files,
     binary,
-    busybox,
     busybox_tree,
     check_libraries,
+    etcd,
     sha256_file,
+    static_binary_inputs,
 )
 from reconciler import versions
 
@@ -39,8 +41,12 @@ AGNHOST_PACKAGES = ("bind9-dnsutils", "curl", "netcat-openbsd", "iproute2", "ipe
 NGINX_PACKAGES = ("nginx-light",)
 DNSUTILS_PACKAGES = ("bind9-dnsutils",)
 # Names a package's maintainer script points at its tool with update-alternatives (nc -v is
-# netcat-openbsd's, not busybox's).
-ALTERNATIVES = {"bin/nc": "nc.openbsd", "bin/netcat": "nc.openbsd"}
+# netcat-openbsd's, not busybox's), and the shell. Debian's busybox ash runs its own applets ahead of
+# PATH and, as dash, drops environment variables whose names are not shell identifiers, which the
+# upstream images' busybox 1.37 passes on (a ConfigMap test reads `1-data-1` from `sh -c env`);
+# bash does both as those images do.
+ALTERNATIVES = {"bin/nc": "nc.openbsd", "bin/netcat": "nc.openbsd", "bin/sh": "bash"}
+SHELL = ("bash",)
 
 
 def kubernetes_module() -> Path:
@@ -54,10 +60,20 @@ def kubernetes_module() -> Path:
     return Path(json.loads(out.stdout)["Dir"])
 
 
+def with_shell(packages: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(packages + SHELL))
+
+
+def tools_key(ctx: Context, packages: tuple[str, ...]) -> object:
+    """What :func:`tools_layers` is made of: the packages with the shell, and busybox."""
+    return debian.key(ctx.packages(with_shell(packages))) + debian.key(ctx.packages(BUSYBOX, BUSYBOX))
+
+
 def tools_layers(ctx: Context, work: Path, packages: tuple[str, ...]) -> Layers:
     """Debian's ``packages`` with their libraries, and busybox's applets for every other tool a
     test's shell line calls (sh, seq, awk, hostname...) that the packages do not bring."""
     root = work / "root"
+    packages = with_shell(packages)
     ctx.debian_root(root, packages)
     shutil.rmtree(root / "usr/lib/x86_64-linux-gnu/tc", ignore_errors=True)  # tc's qdisc plugins: no test's
     check_libraries(root)
@@ -79,8 +95,7 @@ def agnhost() -> Recipe:
     def inputs(ctx: Context) -> object:
         return {"bins": {b: sha256_file(binary(b)) for b in ("agnhost", "coredns")},
                 "porter": [sha256_file(module / "porter" / f) for f in ("localhost.crt", "localhost.key")],
-                "debian": debian.key(ctx.packages(AGNHOST_PACKAGES)) + debian.key(ctx.packages(("busybox-static",),
-                                                                                             ("busybox-static",)))}
+                "debian": tools_key(ctx, AGNHOST_PACKAGES)}
 
     def layers(ctx: Context, work: Path) -> Layers:
         tree = oci.Tree().dir("uploads")
@@ -113,7 +128,7 @@ def nginx(tag: str, name: str) -> Recipe:
         logs.file("etc/group", "root:x:0:\nwww-data:x:33:\nnogroup:x:65534:\n")
         return [*tools_layers(ctx, work, NGINX_PACKAGES), (f"nginx {tag}: logs to stdout and stderr", logs)]
     return Recipe(name, f"{E2E}/nginx:{tag}",
-                  lambda ctx: {"debian": debian.key(ctx.packages(NGINX_PACKAGES)), "tag": tag}, layers,
+                  lambda ctx: {"debian": tools_key(ctx, NGINX_PACKAGES), "tag": tag}, layers,
                   {"Env": [f"PATH={PATH}"], "Cmd": ["nginx", "-g", "daemon off;"], "StopSignal": "SIGQUIT",
                    "ExposedPorts": {"80/tcp": {}}})
 
@@ -121,18 +136,36 @@ def nginx(tag: str, name: str) -> Recipe:
 def dnsutils() -> Recipe:
     """jessie-dnsutils: dig and a shell, for the DNS tests' second prober."""
     return Recipe("jessie-dnsutils", f"{E2E}/jessie-dnsutils:1.7",
-                  lambda ctx: debian.key(ctx.packages(DNSUTILS_PACKAGES)),
+                  lambda ctx: tools_key(ctx, DNSUTILS_PACKAGES),
                   lambda ctx, work: tools_layers(ctx, work, DNSUTILS_PACKAGES),
                   {"Env": [f"PATH={PATH}"], "Cmd": ["sh"]})
 
 
-def nonroot() -> Recipe:
-    """busybox running as uid 1234, as upstream's nonroot image."""
-    recipe = busybox(f"{E2E}/nonroot:1.4", "e2e-nonroot")
-    recipe.config = {**recipe.config, "User": "1234"}
+def e2e_busybox(ref: str, name: str, **config: object) -> Recipe:
+    """busybox's tools with bash as ``sh`` (see :data:`ALTERNATIVES`)."""
+    return Recipe(name, ref, lambda ctx: tools_key(ctx, ()),
+                  lambda ctx, work: tools_layers(ctx, work, SHELL), {"Env": [f"PATH={PATH}"], "Cmd": ["sh"], **config})
+
+
+def sample_apiserver() -> Recipe:
+    """k8s.io/sample-apiserver at the pinned version (the Aggregator test's wardle.example.com API), as
+    upstream's image: the static binary as the entrypoint."""
+    def layers(ctx: Context, work: Path) -> Layers:
+        tree = oci.Tree().file("sample-apiserver", source=binary("sample-apiserver"), mode=0o755)
+        return [("base files", base_files(oci.Tree())), ("COPY sample-apiserver /", tree)]
+    return Recipe("sample-apiserver", f"{E2E}/sample-apiserver:1.29.2", static_binary_inputs("sample-apiserver"),
+                  layers, {"Env": [f"PATH={PATH}"], "Entrypoint": ["/sample-apiserver"]})
+
+
+def suite_etcd() -> Recipe:
+    """The etcd the sample API server stores in: the nodes' etcd image, under the suite's name."""
+    recipe = etcd()
+    recipe.name, recipe.ref = "e2e-etcd", "registry.k8s.io/etcd:3.6.6-0"
     return recipe
 
 
 def recipes() -> list[Recipe]:
-    return [busybox(f"{E2E}/busybox:1.37.0-1", "e2e-busybox"), agnhost(), nginx("1.14-4", "nginx"),
-            nginx("1.15-4", "nginx-new"), dnsutils(), nonroot()]
+    return [e2e_busybox(f"{E2E}/busybox:1.37.0-1", "e2e-busybox"), agnhost(), nginx("1.14-4", "nginx"),
+            nginx("1.15-4", "nginx-new"), dnsutils(),
+            e2e_busybox(f"{E2E}/nonroot:1.4", "e2e-nonroot", User="1234"),  # as upstream's nonroot image
+            sample_apiserver(), suite_etcd()]

@@ -54,6 +54,10 @@ def apiserver_flags(pki: str, *, bind: str, advertise: str, port: int, etcd_serv
         "--requestheader-extra-headers-prefix=X-Remote-Extra-",
         f"--proxy-client-cert-file={pki}/front-proxy-client.crt",
         f"--proxy-client-key-file={pki}/front-proxy-client.key",
+        # Webhooks and aggregated APIs are dialled at their endpoints' pod IPs, which the host routes, not at
+        # their ClusterIP: no tenant proxy runs where the apiserver does, and a dedicated tenant's range is
+        # the host's own, so the host would answer a tenant's ClusterIP with one of its own Services.
+        "--enable-aggregator-routing=true",
         "--service-account-issuer=https://kubernetes.default.svc",
         f"--service-account-key-file={pki}/sa.pub", f"--service-account-signing-key-file={pki}/sa.key",
         f"--service-cluster-ip-range={service_cidr}", "--allow-privileged=true", "--profiling=false",
