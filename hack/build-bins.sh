@@ -3,7 +3,7 @@
 # and the node binaries kubelet, kube-proxy and CoreDNS (with kube-log-runner, the images' go-runner),
 # and local-path-provisioner (the real-node lab's storage),
 # and Kubernetes' own end-to-end suite at the same version: e2e.test, ginkgo to run it in parallel,
-# agnhost and sample-apiserver, the binaries of the suite's test images (hack/conformance.py, hack/images)
+# agnhost, nonewprivs and sample-apiserver, the binaries of the suite's test images (hack/conformance.py, hack/images)
 # from the Go module proxy at the versions pinned in reconciler/versions.env.
 # Builds are cached in $VC_CACHE (default ~/.cache/vc-apiserver); .local/bin links to them.
 # A missing binary is built, a present one reused; whatever cannot be built fails the script.
@@ -121,10 +121,10 @@ build_kubernetes() {
 # version Kubernetes' go.mod requires.
 build_e2e() {
   local missing=0 b
-  for b in e2e.test ginkgo agnhost sample-apiserver; do [ -x "$k8s_dir/$b" ] || missing=1; done
+  for b in e2e.test ginkgo agnhost nonewprivs sample-apiserver; do [ -x "$k8s_dir/$b" ] || missing=1; done
   [ $missing = 0 ] && return 0
   [ -f "$k8s_dir/src/go.mod" ] || die "no wrapper module in $k8s_dir/src: build the kubernetes binaries first"
-  echo "build-bins: building the e2e suite $KUBERNETES_VERSION (e2e.test, ginkgo, agnhost, sample-apiserver)"
+  echo "build-bins: building the e2e suite $KUBERNETES_VERSION (e2e.test, ginkgo, agnhost, nonewprivs, sample-apiserver)"
   local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
   local ldflags="-s -w" p
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -135,14 +135,14 @@ build_e2e() {
   (cd "$k8s_dir/src" &&
     go test -c -trimpath -ldflags="$ldflags" -o "$k8s_dir/out/e2e.test" k8s.io/kubernetes/test/e2e &&
     go build -trimpath -ldflags="-s -w" -o "$k8s_dir/out/" github.com/onsi/ginkgo/v2/ginkgo \
-      k8s.io/kubernetes/test/images/agnhost) || die "building the e2e suite $KUBERNETES_VERSION failed"
+      k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes/test/images/nonewprivs) || die "building the e2e suite $KUBERNETES_VERSION failed"
   # sample-apiserver is a module of its own (a staging repository), built as it is published
   local w="$k8s_dir/src-sample-apiserver"; rm -rf "$w"; mkdir -p "$w"
   printf 'module vcapiserver.local/samplewrapper\n\ngo 1.25.0\n\nrequire k8s.io/sample-apiserver v0.%s.%s\n' \
     "$minor" "${KUBERNETES_VERSION##*.}" >"$w/go.mod"
   (cd "$w" && go build -trimpath -ldflags="-s -w" -o "$k8s_dir/out/" k8s.io/sample-apiserver) ||
     die "building sample-apiserver for $KUBERNETES_VERSION failed"
-  for b in e2e.test ginkgo agnhost sample-apiserver; do
+  for b in e2e.test ginkgo agnhost nonewprivs sample-apiserver; do
     [ -x "$k8s_dir/out/$b" ] || die "go build made no $b"
     mv "$k8s_dir/out/$b" "$k8s_dir/$b"
   done
@@ -196,5 +196,5 @@ link "$etcd_dir/etcdutl"
 link "$kwok_dir/kwok"
 link "$coredns_dir/coredns"
 link "$lpp_dir/local-path-provisioner"
-for b in "${k8s_bins[@]}" e2e.test ginkgo agnhost sample-apiserver; do link "$k8s_dir/$b"; done
+for b in "${k8s_bins[@]}" e2e.test ginkgo agnhost nonewprivs sample-apiserver; do link "$k8s_dir/$b"; done
 echo "build-bins: ready in $links: $(ls "$links" | tr '\n' ' ')"

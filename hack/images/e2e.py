@@ -9,8 +9,10 @@ the shell tools the tests call. Only what the ``[Conformance]`` tests use is bui
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -47,8 +49,10 @@ DNSUTILS_PACKAGES = ("bind9-dnsutils",)
 # bash does both as those images do.
 ALTERNATIVES = {"bin/nc": "nc.openbsd", "bin/netcat": "nc.openbsd", "bin/sh": "bash"}
 SHELL = ("bash",)
+GETENT = {"libc-bin": ["usr/bin/getent"]}
 
 
+@functools.cache
 def kubernetes_module() -> Path:
     """The pinned k8s.io/kubernetes module's files (the Go module cache build-bins.sh filled)."""
     ref = f"k8s.io/kubernetes@{versions.KUBERNETES_VERSION}"
@@ -61,12 +65,27 @@ def kubernetes_module() -> Path:
 
 
 def with_shell(packages: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(packages + SHELL))
+    """``packages``, the shell, and libc-bin for getent alone (the DNS tests' probes call it)."""
+    return tuple(dict.fromkeys(packages + SHELL + tuple(GETENT)))
 
 
 def tools_key(ctx: Context, packages: tuple[str, ...]) -> object:
     """What :func:`tools_layers` is made of: the packages with the shell, and busybox."""
-    return debian.key(ctx.packages(with_shell(packages))) + debian.key(ctx.packages(BUSYBOX, BUSYBOX))
+    return debian.key(ctx.packages(with_shell(packages), tuple(GETENT))) + debian.key(ctx.packages(BUSYBOX, BUSYBOX))
+
+
+def suite_image(image_id: str) -> str:
+    """The reference the suite gives an image (``Agnhost``, ``BusyBox``...: the IDs of its
+    ``test/utils/image/manifest.go``), read from the pinned suite's source."""
+    manifest = (kubernetes_module() / "test/utils/image/manifest.go").read_text()
+    registries = dict(re.findall(r'(\w+Registry):\s+"([^"]+)",', manifest))
+    found = re.search(rf'configs\[{image_id}\] = Config\{{list\.(\w+), "([^"]+)", "([^"]+)"\}}', manifest)
+    if not found:
+        raise BuildError(f"the suite names no image {image_id} (test/utils/image/manifest.go)")
+    registry, name, tag = found.groups()
+    if registry not in registries:
+        raise BuildError(f"the suite's {registry} has no address in test/utils/image/manifest.go")
+    return f"{registries[registry]}/{name}:{tag}"
 
 
 def tools_layers(ctx: Context, work: Path, packages: tuple[str, ...]) -> Layers:
@@ -74,10 +93,10 @@ def tools_layers(ctx: Context, work: Path, packages: tuple[str, ...]) -> Layers:
     test's shell line calls (sh, seq, awk, hostname...) that the packages do not bring."""
     root = work / "root"
     packages = with_shell(packages)
-    ctx.debian_root(root, packages)
+    ctx.debian_root(root, packages, GETENT)
     shutil.rmtree(root / "usr/lib/x86_64-linux-gnu/tc", ignore_errors=True)  # tc's qdisc plugins: no test's
     check_libraries(root)
-    names = " ".join(f"{p.name}={p.version}" for p in ctx.packages(packages).values())
+    names = " ".join(f"{p.name}={p.version}" for p in ctx.packages(packages, tuple(GETENT)).values())
     for link, target in ALTERNATIVES.items():  # what the packages' update-alternatives would link
         if (root / link).parent.joinpath(target).exists() and not (root / link).exists():
             (root / link).symlink_to(target)
@@ -89,13 +108,17 @@ def tools_layers(ctx: Context, work: Path, packages: tuple[str, ...]) -> Layers:
     return [(history, base_files(tools)), (f"debian: {names}", tree)]
 
 
-def agnhost() -> Recipe:
+def agnhost(app: str = "") -> Recipe:
+    """The suite's agnhost; with ``app`` (nautilus, kitten), upstream's image of that name: agnhost
+    serving the app's page with ``test-webserver``."""
     module = kubernetes_module() / "test/images/agnhost"
+    html = module.parent / app / "html" if app else None
 
     def inputs(ctx: Context) -> object:
         return {"bins": {b: sha256_file(binary(b)) for b in ("agnhost", "coredns")},
                 "porter": [sha256_file(module / "porter" / f) for f in ("localhost.crt", "localhost.key")],
-                "debian": tools_key(ctx, AGNHOST_PACKAGES)}
+                "debian": tools_key(ctx, AGNHOST_PACKAGES),
+                "html": sorted((f.name, sha256_file(f)) for f in html.iterdir()) if html else None}
 
     def layers(ctx: Context, work: Path) -> Layers:
         tree = oci.Tree().dir("uploads")
@@ -108,16 +131,23 @@ def agnhost() -> Recipe:
                                 "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")
         users.file("etc/group", "root:x:0:\nnogroup:x:65534:\nuser-defined-in-image:x:1000:\n"
                    "group-defined-in-image:x:50000:user-defined-in-image\n")
-        return [*tools_layers(ctx, work, AGNHOST_PACKAGES), ("users of the suite's tests", users),
-                ("COPY agnhost /agnhost, coredns /coredns, porter's certificate", tree)]
-    version = (module / "VERSION").read_text().strip()
-    return Recipe("agnhost", f"{E2E}/agnhost:{version}", inputs, layers,
-                  {"Env": [f"PATH={PATH}"], "Entrypoint": ["/agnhost"], "Cmd": ["pause"], "WorkingDir": "/",
-                   "ExposedPorts": {f"{p}/tcp": {} for p in (80, 8080, 8081, 9376, 5000)}},
-                  aliases=(f"{E2E}/agnhost:2.55",))  # AgnhostPrev: the suite only needs a second name
+        out = [*tools_layers(ctx, work, AGNHOST_PACKAGES), ("users of the suite's tests", users),
+               ("COPY agnhost /agnhost, coredns /coredns, porter's certificate", tree)]
+        if html:
+            page = oci.Tree()
+            for f in sorted(html.iterdir()):
+                page.file(f.name, source=f, mode=0o644)
+            out.append((f"COPY {app}/html /", page))
+        return out
+    config = {"Env": [f"PATH={PATH}"], "Entrypoint": ["/agnhost"], "Cmd": ["pause"], "WorkingDir": "/",
+              "ExposedPorts": {f"{p}/tcp": {} for p in (80, 8080, 8081, 9376, 5000)}}
+    if app:
+        return Recipe(app, suite_image(app.capitalize()), inputs, layers, {**config, "Cmd": ["test-webserver"]})
+    return Recipe("agnhost", suite_image("Agnhost"), inputs, layers, config,
+                  aliases=(suite_image("AgnhostPrev"),))  # the suite's previous agnhost: a second name is enough
 
 
-def nginx(tag: str, name: str) -> Recipe:
+def nginx(image_id: str, name: str) -> Recipe:
     """Debian's nginx serving its default page on :80 in the foreground, logs to the container's
     output, as the suite's nginx images (their version is what the suite's rolling updates change)."""
     def layers(ctx: Context, work: Path) -> Layers:
@@ -126,16 +156,15 @@ def nginx(tag: str, name: str) -> Recipe:
         logs.file("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33:www-data:/var/www:/bin/false\n"
                                 "nobody:x:65534:65534:nobody:/:/bin/false\n")
         logs.file("etc/group", "root:x:0:\nwww-data:x:33:\nnogroup:x:65534:\n")
-        return [*tools_layers(ctx, work, NGINX_PACKAGES), (f"nginx {tag}: logs to stdout and stderr", logs)]
-    return Recipe(name, f"{E2E}/nginx:{tag}",
-                  lambda ctx: {"debian": tools_key(ctx, NGINX_PACKAGES), "tag": tag}, layers,
+        return [*tools_layers(ctx, work, NGINX_PACKAGES), ("nginx: logs to stdout and stderr", logs)]
+    return Recipe(name, suite_image(image_id), lambda ctx: {"debian": tools_key(ctx, NGINX_PACKAGES)}, layers,
                   {"Env": [f"PATH={PATH}"], "Cmd": ["nginx", "-g", "daemon off;"], "StopSignal": "SIGQUIT",
                    "ExposedPorts": {"80/tcp": {}}})
 
 
 def dnsutils() -> Recipe:
     """jessie-dnsutils: dig and a shell, for the DNS tests' second prober."""
-    return Recipe("jessie-dnsutils", f"{E2E}/jessie-dnsutils:1.7",
+    return Recipe("jessie-dnsutils", suite_image("JessieDnsutils"),
                   lambda ctx: tools_key(ctx, DNSUTILS_PACKAGES),
                   lambda ctx, work: tools_layers(ctx, work, DNSUTILS_PACKAGES),
                   {"Env": [f"PATH={PATH}"], "Cmd": ["sh"]})
@@ -153,19 +182,30 @@ def sample_apiserver() -> Recipe:
     def layers(ctx: Context, work: Path) -> Layers:
         tree = oci.Tree().file("sample-apiserver", source=binary("sample-apiserver"), mode=0o755)
         return [("base files", base_files(oci.Tree())), ("COPY sample-apiserver /", tree)]
-    return Recipe("sample-apiserver", f"{E2E}/sample-apiserver:1.29.2", static_binary_inputs("sample-apiserver"),
+    return Recipe("sample-apiserver", suite_image("APIServer"), static_binary_inputs("sample-apiserver"),
                   layers, {"Env": [f"PATH={PATH}"], "Entrypoint": ["/sample-apiserver"]})
+
+
+def nonewprivs() -> Recipe:
+    """``nnp`` (the suite's nonewprivs, which prints its effective uid) set-uid root on busybox's
+    tools, as upstream's image on Alpine."""
+    def layers(ctx: Context, work: Path) -> Layers:
+        tree = oci.Tree().file("usr/local/bin/nnp", source=binary("nonewprivs"), mode=0o4755)
+        return [*tools_layers(ctx, work, ()), ("COPY nnp /usr/local/bin/nnp (set-uid root)", tree)]
+    return Recipe("nonewprivs", suite_image("Nonewprivs"),
+                  lambda ctx: {"bins": static_binary_inputs("nonewprivs")(ctx), "debian": tools_key(ctx, ())},
+                  layers, {"Env": [f"PATH={PATH}"], "Cmd": ["nnp"]})
 
 
 def suite_etcd() -> Recipe:
     """The etcd the sample API server stores in: the nodes' etcd image, under the suite's name."""
     recipe = etcd()
-    recipe.name, recipe.ref = "e2e-etcd", "registry.k8s.io/etcd:3.6.6-0"
+    recipe.name, recipe.ref = "e2e-etcd", suite_image("Etcd")
     return recipe
 
 
 def recipes() -> list[Recipe]:
-    return [e2e_busybox(f"{E2E}/busybox:1.37.0-1", "e2e-busybox"), agnhost(), nginx("1.14-4", "nginx"),
-            nginx("1.15-4", "nginx-new"), dnsutils(),
-            e2e_busybox(f"{E2E}/nonroot:1.4", "e2e-nonroot", User="1234"),  # as upstream's nonroot image
-            sample_apiserver(), suite_etcd()]
+    return [e2e_busybox(suite_image("BusyBox"), "e2e-busybox"), agnhost(), nginx("Nginx", "nginx"),
+            nginx("NginxNew", "nginx-new"), dnsutils(),
+            e2e_busybox(suite_image("NonRoot"), "e2e-nonroot", User="1234"),  # as upstream's nonroot image
+            sample_apiserver(), suite_etcd(), agnhost("nautilus"), agnhost("kitten"), nonewprivs()]
