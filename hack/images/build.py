@@ -264,15 +264,20 @@ def pause() -> Recipe:
 BUSYBOX = ("busybox-static",)
 
 
-def busybox_tree(ctx: Context, work: Path, skip: Callable[[str], bool] = lambda path: False) -> tuple[str, oci.Tree]:
-    """Debian's static busybox with a link per applet in /bin (but where ``skip(path)``: a real tool
-    of another layer), and busybox's own users and directories."""
-    root = work / "busybox"
-    ctx.debian_root(root, BUSYBOX, {"busybox-static": ["bin/busybox"]})
-    applets = run([str(root / "bin/busybox"), "--list"], "busybox --list").stdout.split()
+def busybox_tree(ctx: Context, work: Path, skip: Callable[[str], bool] = lambda path: False,
+                 built: tuple[Path, str] | None = None) -> tuple[str, oci.Tree]:
+    """Debian's static busybox (or ``built``: a binary and what it is) with a link per applet in /bin
+    (but where ``skip(path)``: a real tool of another layer), and busybox's own users and directories."""
+    if built is None:
+        root = work / "busybox"
+        ctx.debian_root(root, BUSYBOX, {"busybox-static": ["bin/busybox"]})
+        version = ctx.packages(BUSYBOX, BUSYBOX)["busybox-static"].version
+        built = (root / "bin/busybox", f"debian: busybox-static={version}")
+    source, what = built
+    applets = run([str(source), "--list"], "busybox --list").stdout.split()
     if "sh" not in applets:
-        raise BuildError("busybox-static has no sh applet")
-    tree = oci.Tree().file("bin/busybox", source=root / "bin/busybox", mode=0o755)
+        raise BuildError(f"{what} has no sh applet")
+    tree = oci.Tree().file("bin/busybox", source=source, mode=0o755)
     linked = [a for a in applets if a != "busybox" and not skip(f"bin/{a}")]
     for applet in linked:
         tree.symlink(f"bin/{applet}", "busybox")
@@ -281,8 +286,7 @@ def busybox_tree(ctx: Context, work: Path, skip: Callable[[str], bool] = lambda 
     tree.file("etc/group", "root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n")
     tree.file("etc/nsswitch.conf", "hosts: files dns\n")
     tree.dir("root", 0o700).dir("tmp", 0o1777).dir("home").dir("var").dir("usr/sbin")
-    version = ctx.packages(BUSYBOX, BUSYBOX)["busybox-static"].version
-    return f"debian: busybox-static={version} /bin/busybox + {len(linked)} applet links", tree
+    return f"{what} /bin/busybox + {len(linked)} applet links", tree
 
 
 def busybox(ref: str = "docker.io/library/busybox:1.36", name: str = "busybox") -> Recipe:

@@ -17,9 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from hack.images import debian, oci
+from hack.images import debian, oci, source
 from hack.images.build import (
-    BUSYBOX,
     PATH,
     BuildError,
     Context,
@@ -43,13 +42,21 @@ AGNHOST_PACKAGES = ("bind9-dnsutils", "curl", "netcat-openbsd", "iproute2", "ipe
 NGINX_PACKAGES = ("nginx-light",)
 DNSUTILS_PACKAGES = ("bind9-dnsutils",)
 # Names a package's maintainer script points at its tool with update-alternatives (nc -v is
-# netcat-openbsd's, not busybox's), and the shell. Debian's busybox ash runs its own applets ahead of
-# PATH and, as dash, drops environment variables whose names are not shell identifiers, which the
-# upstream images' busybox 1.37 passes on (a ConfigMap test reads `1-data-1` from `sh -c env`);
-# bash does both as those images do.
-ALTERNATIVES = {"bin/nc": "nc.openbsd", "bin/netcat": "nc.openbsd", "bin/sh": "bash"}
-SHELL = ("bash",)
-GETENT = {"libc-bin": ["usr/bin/getent"]}
+# netcat-openbsd's, not busybox's).
+ALTERNATIVES = {"bin/nc": "nc.openbsd", "bin/netcat": "nc.openbsd"}
+GETENT = {"libc-bin": ["usr/bin/getent"]}  # the DNS tests' probes call it (Alpine's images have it)
+
+
+def upstream_busybox(ctx: Context) -> tuple[Path, str]:
+    """The shell and tools of upstream's images: busybox built from its release (hack/images/source.py)."""
+    try:
+        return source.busybox(ctx.cache), f"busybox {source.BUSYBOX.version} (release tarball, defconfig, static)"
+    except source.SourceError as e:
+        raise BuildError(str(e)) from None
+
+
+def busybox_key(ctx: Context) -> object:
+    return {"busybox": source.BUSYBOX.sha256, "builder": sha256_file(Path(source.__file__))}
 
 
 @functools.cache
@@ -64,14 +71,13 @@ def kubernetes_module() -> Path:
     return Path(json.loads(out.stdout)["Dir"])
 
 
-def with_shell(packages: tuple[str, ...]) -> tuple[str, ...]:
-    """``packages``, the shell, and libc-bin for getent alone (the DNS tests' probes call it)."""
-    return tuple(dict.fromkeys(packages + SHELL + tuple(GETENT)))
+def with_getent(packages: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(packages + tuple(GETENT)))
 
 
 def tools_key(ctx: Context, packages: tuple[str, ...]) -> object:
-    """What :func:`tools_layers` is made of: the packages with the shell, and busybox."""
-    return debian.key(ctx.packages(with_shell(packages), tuple(GETENT))) + debian.key(ctx.packages(BUSYBOX, BUSYBOX))
+    """What :func:`tools_layers` is made of: the packages with getent, and busybox."""
+    return [debian.key(ctx.packages(with_getent(packages), tuple(GETENT))), busybox_key(ctx)]
 
 
 def suite_image(image_id: str) -> str:
@@ -89,10 +95,10 @@ def suite_image(image_id: str) -> str:
 
 
 def tools_layers(ctx: Context, work: Path, packages: tuple[str, ...]) -> Layers:
-    """Debian's ``packages`` with their libraries, and busybox's applets for every other tool a
-    test's shell line calls (sh, seq, awk, hostname...) that the packages do not bring."""
+    """Debian's ``packages`` with their libraries on upstream's busybox: its ``sh`` and its applets for
+    every other tool a test's shell line calls (seq, awk, hostname...) that the packages do not bring."""
     root = work / "root"
-    packages = with_shell(packages)
+    packages = with_getent(packages)
     ctx.debian_root(root, packages, GETENT)
     shutil.rmtree(root / "usr/lib/x86_64-linux-gnu/tc", ignore_errors=True)  # tc's qdisc plugins: no test's
     check_libraries(root)
@@ -104,7 +110,7 @@ def tools_layers(ctx: Context, work: Path, packages: tuple[str, ...]) -> Layers:
     for path in ("etc/passwd", "etc/group"):
         tree.entries.pop(path, None)
     history, tools = busybox_tree(ctx, work, skip=lambda path: (root / path).exists()
-                                  or (root / "usr" / path).exists())
+                                  or (root / "usr" / path).exists(), built=upstream_busybox(ctx))
     return [(history, base_files(tools)), (f"debian: {names}", tree)]
 
 
@@ -171,9 +177,10 @@ def dnsutils() -> Recipe:
 
 
 def e2e_busybox(ref: str, name: str, **config: object) -> Recipe:
-    """busybox's tools with bash as ``sh`` (see :data:`ALTERNATIVES`)."""
-    return Recipe(name, ref, lambda ctx: tools_key(ctx, ()),
-                  lambda ctx, work: tools_layers(ctx, work, SHELL), {"Env": [f"PATH={PATH}"], "Cmd": ["sh"], **config})
+    """Upstream's busybox (:func:`upstream_busybox`), ``sh`` the command."""
+    return Recipe(name, ref, busybox_key,
+                  lambda ctx, work: [busybox_tree(ctx, work, built=upstream_busybox(ctx))],
+                  {"Env": [f"PATH={PATH}"], "Cmd": ["sh"], **config})
 
 
 def sample_apiserver() -> Recipe:
@@ -191,9 +198,10 @@ def nonewprivs() -> Recipe:
     tools, as upstream's image on Alpine."""
     def layers(ctx: Context, work: Path) -> Layers:
         tree = oci.Tree().file("usr/local/bin/nnp", source=binary("nonewprivs"), mode=0o4755)
-        return [*tools_layers(ctx, work, ()), ("COPY nnp /usr/local/bin/nnp (set-uid root)", tree)]
+        return [busybox_tree(ctx, work, built=upstream_busybox(ctx)),
+                ("COPY nnp /usr/local/bin/nnp (set-uid root)", tree)]
     return Recipe("nonewprivs", suite_image("Nonewprivs"),
-                  lambda ctx: {"bins": static_binary_inputs("nonewprivs")(ctx), "debian": tools_key(ctx, ())},
+                  lambda ctx: {"bins": static_binary_inputs("nonewprivs")(ctx), "busybox": busybox_key(ctx)},
                   layers, {"Env": [f"PATH={PATH}"], "Cmd": ["nnp"]})
 
 
