@@ -153,6 +153,7 @@ class Results:
     seconds: float = 0.0
     focus: str = r"\[Conformance\]"
     procs: int = 0
+    rerun: list[str] = field(default_factory=list)  # failures of the run run again since, with their new result
 
     @property
     def scope(self) -> str:
@@ -172,6 +173,7 @@ class Results:
                 if tc.find("failure") is None and tc.find("error") is None:
                     continue
             name = re.sub(r"^\[It\]\s*", "", name)
+            name = re.sub(r"\s+\[[\w-]+(, [\w-]+)+\]$", "", name)  # ginkgo's labels, repeated at the end
             suite_level = name.startswith("[Synchronized")
             if "[Conformance]" not in name and not suite_level:
                 continue  # the suite's other specs: never selected here
@@ -282,19 +284,32 @@ def target_spec(target: str, lab: Lab) -> dict[str, object]:
     return {"promoteResources": {"resources": SLICE}}
 
 
-def run_targets(targets: list[str], focus: str, procs: int, say: Callable[[str], None] = print) -> list[Results]:
+def plan(target: str, focus: str, failed_only: bool) -> tuple[str, Path] | None:
+    """What to run against ``target`` and where its report goes: with ``failed_only``, what failed in
+    its last full run (its report then updates that run's: :func:`load`), or nothing if none failed."""
+    if failed_only and (last := load(target)) is not None:
+        if not (failed := last.failed()):
+            return None
+        return focus_of(c.name for c in failed), OUT / target / RERUN
+    shutil.rmtree(OUT / target / RERUN, ignore_errors=True)
+    return focus, OUT / target
+
+
+def run_targets(targets: list[str], focus: str, procs: int, failed_only: bool = False, timeout: str = "60m",
+                say: Callable[[str], None] = print) -> list[Results]:
+    plans = {t: p for t in targets if (p := plan(t, focus, failed_only)) is not None}
     lab = Lab()
     results = []
     try:
         lab.up(say)
-        for target in targets:
+        for target, (target_focus, out) in plans.items():
             skips = SKIPS + (SLICE_SKIPS if target == "slice" else ())
             if target == "host":
                 kubeconfig = lab.stack.kubeconfig
             else:
                 kubeconfig = create_tenant(lab.stack.host, f"conformance-{target}", target_spec(target, lab), OUT, say)
             try:
-                results.append(Run(target, kubeconfig, OUT / target, focus, skips, procs).execute(say))
+                results.append(Run(target, kubeconfig, out, target_focus, skips, procs, timeout).execute(say))
             finally:
                 if target != "host":
                     delete_tenant(lab.stack.host, f"conformance-{target}")
@@ -305,7 +320,12 @@ def run_targets(targets: list[str], focus: str, procs: int, say: Callable[[str],
 
 # -- the report ---------------------------------------------------------------------------------
 
+RERUN = "rerun"
+
+
 def load(target: str) -> Results | None:
+    """The target's last run; where its failures were run again since (``--failed``), their new
+    results in its place."""
     junit = OUT / target / "junit.xml"
     if not junit.exists():
         return None
@@ -314,6 +334,11 @@ def load(target: str) -> Results | None:
     if meta.exists():
         run = json.loads(meta.read_text())
         results.seconds, results.focus, results.procs = run["seconds"], run["focus"], run["procs"]
+    again = OUT / target / RERUN / "junit.xml"
+    if again.exists():
+        newer = {c.name: c for c in Results.read(target, again).cases if c.status != "skipped"}
+        results.rerun = sorted(newer)
+        results.cases = [newer.get(c.name, c) for c in results.cases]
     return results
 
 
@@ -343,7 +368,8 @@ def report(results: list[Results]) -> str:
     totals = [f"**{r.count('passed')} / {r.count('failed')} / {r.count('skipped')}**" for r in results]
     lines.append("| **all** | " + " | ".join(totals) + " |")
     lines.append("| minutes | " + " | ".join(f"{r.seconds / 60:.1f} ({r.procs} processes)" for r in results) + " |")
-    lines.append("| what ran | " + " | ".join(r.scope for r in results) + " |")
+    lines.append("| what ran | " + " | ".join(r.scope + (f"; its {len(r.rerun)} failures run again after fixes"
+                                                           if r.rerun else "") for r in results) + " |")
     lines += ["", "## Skipped everywhere", ""]
     lines += [f"- `{pattern}`: {reason}" for pattern, reason in SKIPS]
     lines += ["", "## Not run on a slice, by design", ""]
@@ -363,7 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--targets", default=",".join(TARGETS))
     q.add_argument("--focus", default=r"\[Conformance\]", help="the specs to run (a Go regexp)")
     q.add_argument("--smoke", action="store_true", help="only the short subset make test runs")
-    q.add_argument("--procs", type=int, default=4, help="ginkgo processes")
+    q.add_argument("--procs", type=int, default=6, help="ginkgo processes")
+    q.add_argument("--timeout", default="60m", help="each target's run stops after this (ginkgo's --timeout)")
+    q.add_argument("--failed", action="store_true",
+                   help="run again only what failed in each target's last run (a target without one runs in full)")
     sub.add_parser("report", help="regenerate docs/conformance.md from the last runs")
     args = p.parse_args(argv)
     try:
@@ -372,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
             if unknown := [t for t in targets if t not in TARGETS]:
                 p.error(f"unknown target {', '.join(unknown)} (there are {', '.join(TARGETS)})")
             focus = focus_of(SMOKE) if args.smoke else args.focus
-            run_targets(targets, focus, args.procs)
+            run_targets(targets, focus, args.procs, failed_only=args.failed, timeout=args.timeout)
         results = [r for t in TARGETS if (r := load(t)) is not None]
         if not results:
             print("conformance: no run to report (python -m hack.conformance run)", file=sys.stderr)

@@ -59,6 +59,9 @@ def apiserver_flags(pki: str, *, bind: str, advertise: str, port: int, etcd_serv
         # the host's own, so the host would answer a tenant's ClusterIP with one of its own Services.
         "--enable-aggregator-routing=true",
         "--service-account-issuer=https://kubernetes.default.svc",
+        # The key set where the issuer is, under a name the serving certificate holds (the default, the
+        # advertised address, is a pod IP in the pods runtime, which no certificate names).
+        "--service-account-jwks-uri=https://kubernetes.default.svc/openid/v1/jwks",
         f"--service-account-key-file={pki}/sa.pub", f"--service-account-signing-key-file={pki}/sa.key",
         f"--service-cluster-ip-range={service_cidr}", "--allow-privileged=true", "--profiling=false",
         *kubelet_client_flags(pki), "--enable-admission-plugins=NodeRestriction", "--v=1",
