@@ -55,6 +55,7 @@ SMOKE = (
     "[Conformance]",
     "[sig-storage] Secrets should be consumable from pods in volume [NodeConformance] [Conformance]",
     "[sig-storage] EmptyDir volumes should support (root,0644,default) [LinuxOnly] [NodeConformance] [Conformance]",
+    "[sig-storage] Downward API volume should update labels on modification [NodeConformance] [Conformance]",
     "[sig-network] Services should serve a basic endpoint from pods [Conformance]",
     "[sig-network] DNS should provide DNS for services [Conformance]",
     "[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones [Conformance]",

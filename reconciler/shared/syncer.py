@@ -379,6 +379,9 @@ class SliceSyncer:
             return None
         if host["metadata"].get("deletionTimestamp"):  # the host evicts or drains it: the tenant pod goes too
             return self._delete_tenant(pod, host["metadata"].get("deletionGracePeriodSeconds"))
+        notes = translate.downward_metadata(pod)
+        if any((host["metadata"].get("annotations") or {}).get(k) != v for k, v in notes.items()):
+            return self._metadata_down(pod, host, notes)
         return self._status_up(pod, host)
 
     async def _all(self, steps: list[Awaitable[None]]) -> None:
@@ -424,6 +427,20 @@ class SliceSyncer:
             await asyncio.gather(*(one(p, h) for p, h in batch))
 
     # -- steps ---------------------------------------------------------------------------------
+
+    async def _metadata_down(self, pod: Obj, host: Obj, notes: dict[str, str]) -> None:
+        """New tenant labels or annotations onto the host pod, for its downward API (volumes follow, and a
+        container that restarts reads them), then its status up."""
+        meta = host["metadata"]
+        try:
+            await self.host.patch(f"{POD_PATH.format(meta['namespace'])}/{meta['name']}",
+                                  {"metadata": {"annotations": notes}})
+        except HostError as e:
+            if e.code != 404:
+                raise
+            self._wake.set()  # gone meanwhile: the next pass decides again
+            return
+        await self._status_up(pod, host)
 
     async def _status_up(self, pod: Obj, host: Obj) -> None:
         want = translate.tenant_status(pod, host)

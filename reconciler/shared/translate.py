@@ -324,6 +324,14 @@ def claim_names(pod: Obj) -> list[str]:
     return out
 
 
+def downward_metadata(pod: Obj) -> dict[str, str]:
+    """The tenant pod's labels and annotations, as the host pod's annotations its downward API reads
+    (kept current: a kubelet shows a pod's new labels and annotations to its running containers)."""
+    meta = pod["metadata"]
+    return {names.TENANT_LABELS: orjson.dumps(meta.get("labels") or {}, option=orjson.OPT_SORT_KEYS).decode(),
+            names.TENANT_ANNOTATIONS: orjson.dumps(meta.get("annotations") or {}, option=orjson.OPT_SORT_KEYS).decode()}
+
+
 def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: TenantNetwork | None = None,
              services: list[Obj] | None = None, storage: bool = False) -> Obj:
     """The host's pod for a tenant pod bound to the slice's node (:class:`Refused` when it cannot run
@@ -411,10 +419,7 @@ def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: Ten
         if dns is not None:
             spec["dnsConfig"] = dns
     spec.update(automountServiceAccountToken=False, enableServiceLinks=False, hostname=name[:63].rstrip("-."))
-    notes = {**names.identity(pod, "Pod"),
-             names.TENANT_LABELS: orjson.dumps(meta.get("labels") or {}, option=orjson.OPT_SORT_KEYS).decode(),
-             names.TENANT_ANNOTATIONS: orjson.dumps(meta.get("annotations") or {},
-                                                    option=orjson.OPT_SORT_KEYS).decode()}
+    notes = {**names.identity(pod, "Pod"), **downward_metadata(pod)}
     notes[names.SPEC_HASH] = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": names.host_name(ns, name), "namespace": names.host_namespace(vc),

@@ -291,3 +291,16 @@ def test_the_node_points_its_tenant_apiserver_at_the_kubelet_api_where_it_is_ser
     unserved = translate.node_status(slice_, True, "SliceReady", "ok", "2026-11-25T10:00:00Z", "v1.35.4")
     assert unserved["addresses"] == [{"type": "Hostname", "address": names.NODE_NAME}]
     assert unserved["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 0}}
+
+
+def test_a_tenant_pods_new_labels_and_annotations_change_what_its_host_pod_shows_its_downward_api() -> None:
+    pod = {"metadata": {"name": "web", "namespace": "default", "uid": "u1", "labels": {"app": "web"},
+                        "annotations": {"a": "1"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    before = translate.downward_metadata(pod)
+
+    pod["metadata"]["labels"]["tier"] = "front"
+    after = translate.downward_metadata(pod)
+
+    assert before != after
+    assert json.loads(after[names.TENANT_LABELS]) == {"app": "web", "tier": "front"}
+    assert json.loads(after[names.TENANT_ANNOTATIONS]) == {"a": "1"}
