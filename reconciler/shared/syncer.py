@@ -131,7 +131,10 @@ class SliceSyncer:
                        asyncio.create_task(self._watch(self.host, POD_PATH.format(self.namespace)),
                                            name=f"slice host watch {label}"),
                        asyncio.create_task(self._watch(self.host, f"/api/v1/namespaces/{self.namespace}/resourcequotas"),
-                                           name=f"slice quota watch {label}")]
+                                           name=f"slice quota watch {label}"),
+                       # what pods' volumes and environment copy: a change reaches the host's copies at once
+                       *(asyncio.create_task(self._watch(self.tenant, f"/api/v1/{plural}"), name=f"slice {plural} {label}")
+                         for plural in ("configmaps", "secrets"))]
         if self.storage_classes:
             self._tasks.append(asyncio.create_task(self._watch(self.tenant, "/api/v1/persistentvolumeclaims"),
                                                    name=f"slice claims {label}"))
@@ -506,12 +509,25 @@ class SliceSyncer:
                 try:
                     obj = await self.tenant.get(f"/api/v1/namespaces/{ns}/{plural}/{name}")
                 except HostError as e:
-                    if e.code == 404 and optional:
+                    if e.code == 404 and optional:  # gone from the tenant: gone from the pod's volume too
+                        await self._drop_copy(plural, names.host_name(ns, name))
                         continue
                     if e.code == 404:
                         raise _Missing(f"{kind} {ns}/{name} does not exist in the tenant") from None
                     raise
                 await self._put_copy(translate.host_copy(self.vc, obj, kind), plural)
+
+    async def _drop_copy(self, plural: str, name: str) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/{plural}/{name}"
+        try:
+            have = await self.host.get(path)
+        except HostError as e:
+            if e.code != 404:
+                raise
+            return
+        if names.owned_by(have, self.uid):
+            with contextlib.suppress(HostError):
+                await self.host.delete(path)
 
     async def _put_copy(self, want: Obj, plural: str) -> None:
         path = f"/api/v1/namespaces/{self.namespace}/{plural}"
