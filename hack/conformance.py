@@ -134,7 +134,8 @@ class Run:
         results = Results.read(self.target, self.out / "junit.xml")
         results.seconds = seconds
         (self.out / "run.json").write_text(json.dumps({"seconds": round(seconds, 1), "procs": self.procs,
-                                                      "focus": self.focus, "skips": list(self.skips)}))
+                                                      "focus": self.focus, "skips": list(self.skips),
+                                                      "timeout": self.timeout}))
         say(f"conformance     {self.target}: {results.summary()} in {seconds / 60:.1f} min")
         return results
 
@@ -168,6 +169,7 @@ class Results:
     seconds: float = 0.0
     focus: str = r"\[Conformance\]"
     procs: int = 0
+    timeout: str = ""  # the run's limit: what it had not reached by then counts as skipped
     rerun: list[str] = field(default_factory=list)  # failures of the run run again since, with their new result
 
     @property
@@ -349,12 +351,19 @@ def load(target: str) -> Results | None:
     if meta.exists():
         run = json.loads(meta.read_text())
         results.seconds, results.focus, results.procs = run["seconds"], run["focus"], run["procs"]
+        results.timeout = run.get("timeout", "")
     again = OUT / target / RERUN / "junit.xml"
     if again.exists():
         newer = {c.name: c for c in Results.read(target, again).cases if c.status != "skipped"}
         results.rerun = sorted(newer)
         results.cases = [newer.get(c.name, c) for c in results.cases]
     return results
+
+
+def _minutes(duration: str) -> float:
+    """Go's ``35m``, ``1h``, ``90s`` in minutes."""
+    m = re.fullmatch(r"(\d+)([hms])", duration)
+    return int(m.group(1)) * {"h": 60, "m": 1, "s": 1 / 60}[m.group(2)] if m else float("inf")
 
 
 def report(results: list[Results]) -> str:
@@ -383,8 +392,9 @@ def report(results: list[Results]) -> str:
     totals = [f"**{r.count('passed')} / {r.count('failed')} / {r.count('skipped')}**" for r in results]
     lines.append("| **all** | " + " | ".join(totals) + " |")
     lines.append("| minutes | " + " | ".join(f"{r.seconds / 60:.1f} ({r.procs} processes)" for r in results) + " |")
-    lines.append("| what ran | " + " | ".join(r.scope + (f"; its {len(r.rerun)} failures run again after fixes"
-                                                           if r.rerun else "") for r in results) + " |")
+    lines.append("| what ran | " + " | ".join(
+        r.scope + (f", stopped at {r.timeout}" if r.timeout and r.seconds >= _minutes(r.timeout) * 60 else "")
+        + (f"; its {len(r.rerun)} failures run again after fixes" if r.rerun else "") for r in results) + " |")
     lines += ["", "## Skipped everywhere", ""]
     lines += [f"- `{pattern}`: {reason}" for pattern, reason in SKIPS]
     lines += ["", "## Not run on a slice, by design", ""]
