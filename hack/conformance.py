@@ -56,6 +56,9 @@ SLICE_BY_DESIGN = {
     "[Conformance]": HOST_REACH + " (the test evicts a pod by a host-port conflict)",
     "[sig-node] KubeletManagedEtcHosts should test kubelet managed /etc/hosts file [NodeConformance] [Conformance]":
         HOST_REACH + " (the test compares a host-network pod's /etc/hosts)",
+    **{f"[sig-network] Networking Granular Checks: Pods should function for node-pod communication: {proto} "
+       "[LinuxOnly] [NodeConformance] [Conformance]": HOST_REACH + " (the test dials pods from a host-network pod)"
+       for proto in ("http", "udp")},
 }
 
 # One or two tests per area: what ``make test`` runs on the tenants (tests/e2e/test_conformance.py).
@@ -66,7 +69,6 @@ SMOKE = (
     "[Conformance]",
     "[sig-storage] Secrets should be consumable from pods in volume [NodeConformance] [Conformance]",
     "[sig-storage] EmptyDir volumes should support (root,0644,default) [LinuxOnly] [NodeConformance] [Conformance]",
-    "[sig-storage] Downward API volume should update labels on modification [NodeConformance] [Conformance]",
     "[sig-network] Services should serve a basic endpoint from pods [Conformance]",
     "[sig-network] DNS should provide DNS for services [Conformance]",
     "[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones [Conformance]",

@@ -328,8 +328,14 @@ def downward_metadata(pod: Obj) -> dict[str, str]:
     """The tenant pod's labels and annotations, as the host pod's annotations its downward API reads
     (kept current: a kubelet shows a pod's new labels and annotations to its running containers)."""
     meta = pod["metadata"]
-    return {names.TENANT_LABELS: orjson.dumps(meta.get("labels") or {}, option=orjson.OPT_SORT_KEYS).decode(),
-            names.TENANT_ANNOTATIONS: orjson.dumps(meta.get("annotations") or {}, option=orjson.OPT_SORT_KEYS).decode()}
+    return {names.TENANT_LABELS: format_map(meta.get("labels") or {}),
+            names.TENANT_ANNOTATIONS: format_map(meta.get("annotations") or {})}
+
+
+def format_map(values: dict[str, str]) -> str:
+    """A map as a kubelet writes it into a downward-API file: ``key="value"`` lines in key order, the
+    value quoted (the host's kubelet shows this one annotation as it is)."""
+    return "\n".join(f"{k}={orjson.dumps(values[k]).decode()}" for k in sorted(values))
 
 
 def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: TenantNetwork | None = None,

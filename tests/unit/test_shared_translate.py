@@ -3,7 +3,6 @@ and the host quota and tenant node a slice consists of."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -46,7 +45,7 @@ def test_a_host_pod_carries_the_tenant_identity_and_none_of_its_scheduling_or_la
     notes = host["metadata"]["annotations"]
     assert (notes[names.TENANT_NAMESPACE], notes[names.TENANT_NAME], notes[names.TENANT_UID]) == \
         ("default", "web-1", "pod-uid-1")
-    assert json.loads(notes[names.TENANT_LABELS]) == {"app": "web"}
+    assert notes[names.TENANT_LABELS] == 'app="web"'
     spec = host["spec"]
     for gone in ("nodeName", "tolerations", "priorityClassName", "priority", "nodeSelector", "affinity",
                  "schedulerName", "serviceAccountName", "subdomain"):
@@ -302,5 +301,5 @@ def test_a_tenant_pods_new_labels_and_annotations_change_what_its_host_pod_shows
     after = translate.downward_metadata(pod)
 
     assert before != after
-    assert json.loads(after[names.TENANT_LABELS]) == {"app": "web", "tier": "front"}
-    assert json.loads(after[names.TENANT_ANNOTATIONS]) == {"a": "1"}
+    assert after[names.TENANT_LABELS] == 'app="web"\ntier="front"'  # what a kubelet writes for metadata.labels
+    assert after[names.TENANT_ANNOTATIONS] == 'a="1"'
