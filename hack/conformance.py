@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hack.harness import BIN, LOCAL, REPO, HostCluster, binary, wait_until
+from hack.stack import Stack
 from reconciler import versions
 
 OUT = LOCAL / "conformance"
@@ -186,21 +187,16 @@ class Results:
     def read(cls, target: str, junit: Path) -> Results:
         cases = []
         for tc in ET.parse(junit).getroot().iter("testcase"):
-            name = tc.get("name", "")
-            if name.startswith("[SynchronizedBeforeSuite]") or name.startswith("[SynchronizedAfterSuite]") \
-                    or name.startswith("[ReportAfterSuite]") or name.startswith("[ReportBeforeSuite]"):
-                if tc.find("failure") is None and tc.find("error") is None:
-                    continue
-            name = re.sub(r"^\[It\]\s*", "", name)
+            name = re.sub(r"^\[It\]\s*", "", tc.get("name", ""))
             name = re.sub(r"\s+\[[\w-]+(, [\w-]+)+\]$", "", name)  # ginkgo's labels, repeated at the end
-            suite_level = name.startswith("[Synchronized")
-            if "[Conformance]" not in name and not suite_level:
-                continue  # the suite's other specs: never selected here
             failure = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
+            # the [Conformance] specs, and the suite's own set-up or reports only when they failed
+            if "[Conformance]" not in name and not (failure is not None and re.match(r"\[(Synchronized|Report)", name)):
+                continue
             if failure is not None:
                 status, message = "failed", (failure.get("message") or "") + "\n" + (failure.text or "")
-            elif tc.find("skipped") is not None:
-                status, message = "skipped", tc.find("skipped").get("message", "")  # type: ignore[union-attr]
+            elif (skipped := tc.find("skipped")) is not None:
+                status, message = "skipped", skipped.get("message", "")
             else:
                 status, message = "passed", ""
             cases.append(Case(name, status, float(tc.get("time", "0") or 0), message))
@@ -224,7 +220,7 @@ class Lab:
     the suite's images imported into every node's containerd."""
 
     def __init__(self, root: Path = OUT / "lab", real_nodes: int = 3) -> None:
-        from hack.stack import Stack, StackPorts
+        from hack.stack import StackPorts
         self.stack = Stack(root, StackPorts.free(), runtime="pods", real_nodes=real_nodes)
 
     def up(self, say: Callable[[str], None] = print) -> None:
@@ -245,10 +241,10 @@ class Lab:
         return [n.name for n in self.stack.lab().nodes() if not n.control_plane]
 
 
-def import_suite_images(stack: object, say: Callable[[str], None] = print) -> None:
+def import_suite_images(stack: Stack, say: Callable[[str], None] = print) -> None:
     """The suite's images into each running real node (built first if not cached)."""
     from hack.images import build, e2e
-    lab = stack.lab()  # type: ignore[attr-defined]
+    lab = stack.lab()
     running = [n for n in lab.nodes() if (n.root / "node.json").exists()]
     if not running:
         return
