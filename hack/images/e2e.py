@@ -80,11 +80,17 @@ def tools_key(ctx: Context, packages: tuple[str, ...]) -> object:
     return [debian.key(ctx.packages(with_getent(packages), tuple(GETENT))), busybox_key(ctx)]
 
 
+@functools.cache
+def suite_manifest() -> tuple[str, dict[str, str]]:
+    """The suite's image list and its registries' addresses, read once."""
+    manifest = (kubernetes_module() / "test/utils/image/manifest.go").read_text()
+    return manifest, dict(re.findall(r'(\w+Registry):\s+"([^"]+)",', manifest))
+
+
 def suite_image(image_id: str) -> str:
     """The reference the suite gives an image (``Agnhost``, ``BusyBox``...: the IDs of its
     ``test/utils/image/manifest.go``), read from the pinned suite's source."""
-    manifest = (kubernetes_module() / "test/utils/image/manifest.go").read_text()
-    registries = dict(re.findall(r'(\w+Registry):\s+"([^"]+)",', manifest))
+    manifest, registries = suite_manifest()
     found = re.search(rf'configs\[{image_id}\] = Config\{{list\.(\w+), "([^"]+)", "([^"]+)"\}}', manifest)
     if not found:
         raise BuildError(f"the suite names no image {image_id} (test/utils/image/manifest.go)")
