@@ -46,6 +46,12 @@ SKIPS: tuple[tuple[str, str], ...] = (
 )
 
 # What a slice cannot do by design; each is also named, with its reason, in docs/conformance.md.
+HOOK_HOST = ("the hook names an address for the host's kubelet to dial from the host node's network; Pod Security "
+             "`baseline` refuses a probe or lifecycle `host` (Kubernetes 1.34) because it lets a pod make the node "
+             "reach anywhere, which from a slice is past the tenant into the host")
+ETC_HOSTS = ("the host's kubelet writes a pod's /etc/hosts with the host's namespace and domain, and its IP is not known "
+             "before it runs, so the tenant FQDN of a pod's hostname.subdomain cannot be written there; the tenant's "
+             "DNS answers that name once a headless Service of the subdomain selects the pod (the test makes none)")
 HOST_REACH = ("a slice's pods run in a host namespace under Pod Security `baseline`, which refuses host ports and "
               "the host's network: they would reach past the tenant, to other tenants' ports and the host's own")
 SLICE_BY_DESIGN = {
@@ -60,6 +66,9 @@ SLICE_BY_DESIGN = {
     **{f"[sig-network] Networking Granular Checks: Pods should function for node-pod communication: {proto} "
        "[LinuxOnly] [NodeConformance] [Conformance]": HOST_REACH + " (the test dials pods from a host-network pod)"
        for proto in ("http", "udp")},
+    **{f"[sig-node] Container Lifecycle Hook when create a pod with lifecycle hook should execute {hook} http hook "
+       "properly [NodeConformance] [Conformance]": HOOK_HOST for hook in ("poststart", "prestop")},
+    "[sig-network] DNS should provide /etc/hosts entries for the cluster [Conformance]": ETC_HOSTS,
 }
 
 # One or two tests per area: what ``make test`` runs on the tenants (tests/e2e/test_conformance.py).

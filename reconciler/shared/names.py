@@ -21,6 +21,9 @@ TENANT_KIND = f"{DOMAIN}/tenant-kind"
 TENANT_LABELS = f"{DOMAIN}/tenant-labels"
 TENANT_ANNOTATIONS = f"{DOMAIN}/tenant-annotations"
 SPEC_HASH = f"{DOMAIN}/spec-hash"
+# a host pod's annotation: the tenant pod's generation it was last brought to (what it may change, it has);
+# each tenant generation is carried once, so a host that rewrites what it is given is never fought
+GENERATION = f"{DOMAIN}/tenant-generation"
 TOKEN_OF = f"{DOMAIN}/token-of"  # a token Secret's label: the uid of the tenant pod the tokens are bound to
 REFRESH_AT = f"{DOMAIN}/refresh-at"  # a token Secret's annotation: when its tokens are asked for again
 HOST_SCHEDULED = f"{DOMAIN}/HostScheduled"  # the tenant pod's condition: its host pod was placed

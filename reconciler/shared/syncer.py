@@ -46,6 +46,7 @@ SERVICE_PATH = "/api/v1/namespaces/{}/services"
 CLAIM_PATH = "/api/v1/namespaces/{}/persistentvolumeclaims"
 CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
 ENDPOINTSLICE_PATH = "/apis/discovery.k8s.io/v1/namespaces/{}/endpointslices"
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 TOKEN_REFRESH = 0.8  # of a token's life, when it is asked for again (a kubelet's rule)
 
 
@@ -382,9 +383,14 @@ class SliceSyncer:
             return None
         if host["metadata"].get("deletionTimestamp"):  # the host evicts or drains it: the tenant pod goes too
             return self._delete_tenant(pod, host["metadata"].get("deletionGracePeriodSeconds"))
-        notes = translate.downward_metadata(pod)
-        if any((host["metadata"].get("annotations") or {}).get(k) != v for k, v in notes.items()):
-            return self._metadata_down(pod, host, notes)
+        have = host["metadata"].get("annotations") or {}
+        notes = {k: v for k, v in translate.downward_metadata(pod).items() if have.get(k) != v}
+        generation = translate.generation(pod)
+        if have.get(names.GENERATION) != generation:
+            notes[names.GENERATION] = generation
+            return self._down(pod, host, notes, translate.spec_changes(pod, host, self.network, services))
+        if notes:
+            return self._down(pod, host, notes, translate.SpecChanges())
         return self._status_up(pod, host)
 
     async def _all(self, steps: list[Awaitable[None]]) -> None:
@@ -431,22 +437,39 @@ class SliceSyncer:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    async def _metadata_down(self, pod: Obj, host: Obj, notes: dict[str, str]) -> None:
-        """New tenant labels or annotations onto the host pod, for its downward API (volumes follow, and a
-        container that restarts reads them), then its status up."""
+    async def _down(self, pod: Obj, host: Obj, notes: dict[str, str], changes: translate.SpecChanges) -> None:
+        """What the tenant changed of a running pod, onto its host pod: labels and annotations for its downward
+        API (volumes follow, and a container that restarts reads them), and what a pod may change once made
+        (:class:`~reconciler.shared.translate.SpecChanges`, each through the host's own verb for it). Then its
+        status up, not yet observed. What the host refuses is told on the tenant pod, once."""
         meta = host["metadata"]
-        try:
-            await self.host.patch(f"{POD_PATH.format(meta['namespace'])}/{meta['name']}",
-                                  {"metadata": {"annotations": notes}})
-        except HostError as e:
-            if e.code != 404:
-                raise
-            self._wake.set()  # gone meanwhile: the next pass decides again
-            return
-        await self._status_up(pod, host)
+        path = f"{POD_PATH.format(meta['namespace'])}/{meta['name']}"
+        writes: list[tuple[str, Obj]] = []  # the generation goes last: a refusal is not tried again
+        if changes.spec:
+            writes.append((path, {"spec": changes.spec}))
+        if changes.resize:
+            writes.append((f"{path}/resize", {"spec": changes.resize}))
+        if changes.ephemeral:
+            writes.append((f"{path}/ephemeralcontainers", {"spec": {"ephemeralContainers": changes.ephemeral}}))
+        writes.append((path, {"metadata": {"annotations": notes}}))
+        for where, body in writes:
+            try:
+                await self.host.patch(where, body, STRATEGIC_MERGE)  # containers merge by name
+            except HostError as e:
+                if e.code == 404:
+                    self._wake.set()  # gone meanwhile: the next pass decides again
+                    return
+                if e.code not in (400, 403, 422):
+                    raise
+                message = f"the host refused the change of the pod: {e.message}"
+                told = (pod["metadata"].get("uid", ""), message)
+                if told not in self._told:
+                    self._told.add(told)
+                    await self._tenant_event(pod, "Warning", "HostRefusedChange", message)
+        await self._status_up(pod, host, caught_up=False)
 
-    async def _status_up(self, pod: Obj, host: Obj) -> None:
-        want = translate.tenant_status(pod, host)
+    async def _status_up(self, pod: Obj, host: Obj, caught_up: bool = True) -> None:
+        want = translate.tenant_status(pod, host, caught_up)
         if want == (pod.get("status") or {}):
             return
         await self._write_status(pod, want)

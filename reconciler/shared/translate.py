@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 import orjson
@@ -31,6 +32,8 @@ CLAIM_VOLUMES = ("persistentVolumeClaim", "ephemeral")  # served by host claims,
 PROVISIONER = f"{names.MANAGER}.{names.DOMAIN}"  # the tenant's StorageClasses' provisioner: the slice's syncer
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 TENANT_OWNED_CONDITIONS = ("PodScheduled",)
+# the tenant's own word on a pod that the host does not repeat: its eviction or preemption sets it there
+TENANT_KEPT_CONDITIONS = ("DisruptionTarget",)
 CLUSTER_DOMAIN = "cluster.local"
 TOKEN_EXPIRY = 3607  # seconds: what the tenant's admission asks for kube-api-access volumes, as a kubelet gets it
 ENDPOINTSLICE_MANAGER = f"{names.MANAGER}.{names.DOMAIN}"
@@ -324,6 +327,11 @@ def claim_names(pod: Obj) -> list[str]:
     return out
 
 
+def generation(pod: Obj) -> str:
+    """The tenant pod's generation, as the host pod's :data:`~reconciler.shared.names.GENERATION` says it."""
+    return str(pod["metadata"].get("generation") or 1)
+
+
 def downward_metadata(pod: Obj) -> dict[str, str]:
     """The tenant pod's labels and annotations, as the host pod's annotations its downward API reads
     (kept current: a kubelet shows a pod's new labels and annotations to its running containers)."""
@@ -336,6 +344,51 @@ def format_map(values: dict[str, str]) -> str:
     """A map as a kubelet writes it into a downward-API file: ``key="value"`` lines in key order, the
     value quoted (the host's kubelet shows this one annotation as it is)."""
     return "\n".join(f"{k}={orjson.dumps(values[k]).decode()}" for k in sorted(values))
+
+
+_SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
+
+
+def _env_literal(pod: Obj, path: str) -> str | None:
+    """What a kubelet resolves an env ``fieldRef`` of the tenant pod to, where the host pod's own field would
+    say something else: its node, its ServiceAccount, one of its labels or annotations (read when the
+    container is made, as a kubelet reads them; a missing key is empty). None for what the host pod answers."""
+    if path == "spec.nodeName":
+        return NODE_NAME
+    if path == "spec.serviceAccountName":
+        return (pod.get("spec") or {}).get("serviceAccountName") or "default"
+    match = _SUBSCRIPT.match(path)
+    if match:
+        return str((pod["metadata"].get(match.group(1)) or {}).get(match.group(2), ""))
+    return None
+
+
+def _host_container(c: Obj, pod: Obj, links: list[Obj], dropped: set[str]) -> None:
+    """One container of the tenant pod as its host pod runs it (in place): the tenant's Service environment
+    first, its downward API and references pointing at the host pod's copies, no mount of a dropped volume."""
+    ns = pod["metadata"]["namespace"]
+    if "volumeMounts" in c or dropped:
+        c["volumeMounts"] = [m for m in c.get("volumeMounts") or [] if m.get("name") not in dropped]
+    if links:  # before the container's own: a name it declares wins, as over a kubelet's
+        c["env"] = [*copy.deepcopy(links), *(c.get("env") or [])]
+    for e in c.get("env") or []:
+        source = e.get("valueFrom") or {}
+        if "fieldRef" in source:
+            path = source["fieldRef"].get("fieldPath", "")
+            value = _env_literal(pod, path)
+            if value is not None:
+                e.pop("valueFrom")
+                e["value"] = value
+            else:
+                source["fieldRef"]["fieldPath"] = _field_path(path)
+        if "configMapKeyRef" in source:
+            source["configMapKeyRef"]["name"] = names.host_name(ns, source["configMapKeyRef"].get("name", ""))
+        if "secretKeyRef" in source:
+            source["secretKeyRef"]["name"] = names.host_name(ns, source["secretKeyRef"].get("name", ""))
+    for e in c.get("envFrom") or []:
+        for key in ("configMapRef", "secretRef"):
+            if key in e:
+                e[key]["name"] = names.host_name(ns, e[key].get("name", ""))
 
 
 def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: TenantNetwork | None = None,
@@ -390,33 +443,14 @@ def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: Ten
                 item["fieldRef"]["fieldPath"] = _field_path(item["fieldRef"]["fieldPath"])
         volumes.append(v)
     spec["volumes"] = volumes
-    literal = {"spec.nodeName": NODE_NAME, "spec.serviceAccountName": spec.get("serviceAccountName") or "default"}
     links = service_env(pod, network, services or []) if network.routed else []
     for c in _containers(spec):
-        c["volumeMounts"] = [m for m in c.get("volumeMounts") or [] if m.get("name") not in dropped]
-        if links:  # before the container's own: a name it declares wins, as over a kubelet's
-            c["env"] = [*copy.deepcopy(links), *(c.get("env") or [])]
-        for e in c.get("env") or []:
-            source = e.get("valueFrom") or {}
-            if "fieldRef" in source:
-                path = source["fieldRef"].get("fieldPath", "")
-                if path in literal:
-                    e.pop("valueFrom")
-                    e["value"] = literal[path]
-                else:
-                    source["fieldRef"]["fieldPath"] = _field_path(path)
-            if "configMapKeyRef" in source:
-                source["configMapKeyRef"]["name"] = names.host_name(ns, source["configMapKeyRef"].get("name", ""))
-            if "secretKeyRef" in source:
-                source["secretKeyRef"]["name"] = names.host_name(ns, source["secretKeyRef"].get("name", ""))
-        for e in c.get("envFrom") or []:
-            for key in ("configMapRef", "secretRef"):
-                if key in e:
-                    e[key]["name"] = names.host_name(ns, e[key].get("name", ""))
+        _host_container(c, pod, links, dropped)
     for s in spec.get("imagePullSecrets") or []:
         s["name"] = names.host_name(ns, s.get("name", ""))
     for key in STRIPPED:
         spec.pop(key, None)
+    spec.pop("ephemeralContainers", None)  # a pod is made without: they follow through their subresource
     if placement is not None:  # the host's slice node pool, never the tenant's own placement
         placement.apply(spec)
     if network.routed:
@@ -424,13 +458,66 @@ def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: Ten
         spec.pop("dnsConfig", None)
         if dns is not None:
             spec["dnsConfig"] = dns
-    spec.update(automountServiceAccountToken=False, enableServiceLinks=False, hostname=name[:63].rstrip("-."))
-    notes = {**names.identity(pod, "Pod"), **downward_metadata(pod)}
+    spec.update(automountServiceAccountToken=False, enableServiceLinks=False,
+                hostname=spec.get("hostname") or name[:63].rstrip("-."))
+    notes = {**names.identity(pod, "Pod"), **downward_metadata(pod), names.GENERATION: generation(pod)}
     notes[names.SPEC_HASH] = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": names.host_name(ns, name), "namespace": names.host_namespace(vc),
                          "labels": names.markers(vc), "annotations": notes},
             "spec": spec}
+
+
+@dataclass
+class SpecChanges:
+    """What a running tenant pod changed of what a pod may change, for its host pod to follow: container
+    images and ``activeDeadlineSeconds`` (a patch of the pod), container resources (its ``resize``
+    subresource), and new ephemeral containers (its ``ephemeralcontainers`` subresource)."""
+
+    spec: Obj = field(default_factory=dict)
+    resize: Obj = field(default_factory=dict)
+    ephemeral: list[Obj] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.spec or self.resize or self.ephemeral)
+
+
+def _resources_differ(tenant: Obj, host: Obj) -> bool:
+    """Whether the host container lacks what the tenant's states (the host's defaults for what it does not
+    state are left alone; both servers write quantities in the same canonical form)."""
+    return any((host.get(section) or {}).get(r) != q
+               for section in ("requests", "limits") for r, q in (tenant.get(section) or {}).items())
+
+
+def spec_changes(pod: Obj, host: Obj, network: TenantNetwork | None = None,
+                 services: list[Obj] | None = None) -> SpecChanges:
+    """What ``host`` must still take of the tenant ``pod``'s spec (empty once it has all of it)."""
+    mine, theirs = pod.get("spec") or {}, host.get("spec") or {}
+    changes = SpecChanges()
+    for kind in ("initContainers", "containers"):
+        have = {c.get("name"): c for c in theirs.get(kind) or []}
+        ours = [c for c in mine.get(kind) or [] if c.get("name") in have]
+        images = [{"name": c["name"], "image": c.get("image")} for c in ours
+                  if c.get("image") != have[c["name"]].get("image")]
+        resized = [{"name": c["name"], "resources": c.get("resources") or {}} for c in ours
+                   if _resources_differ(c.get("resources") or {}, have[c["name"]].get("resources") or {})]
+        if images:
+            changes.spec[kind] = images
+        if resized:
+            changes.resize[kind] = resized
+    deadline = mine.get("activeDeadlineSeconds")
+    if deadline is not None and deadline != theirs.get("activeDeadlineSeconds"):
+        changes.spec["activeDeadlineSeconds"] = deadline
+    running = {c.get("name") for c in theirs.get("ephemeralContainers") or []}
+    new = [copy.deepcopy(c) for c in mine.get("ephemeralContainers") or [] if c.get("name") not in running]
+    if new:
+        network = network or TenantNetwork()
+        dropped = ({v["name"] for v in mine.get("volumes") or []} - {v["name"] for v in theirs.get("volumes") or []})
+        links = service_env(pod, network, services or []) if network.routed else []
+        for c in new:
+            _host_container(c, pod, links, dropped)
+        changes.ephemeral = new
+    return changes
 
 
 def host_copy(vc: Obj, obj: Obj, kind: str) -> Obj:
@@ -456,24 +543,43 @@ def same_content(a: Obj, b: Obj) -> bool:
 
 # -- status, up ----------------------------------------------------------------------------------
 
-def tenant_status(tenant: Obj, host: Obj) -> Obj:
+def _host_observed(host: Obj) -> bool:
+    """Whether the host's kubelet has acted on the host pod's latest spec (one that does not say has)."""
+    observed = (host.get("status") or {}).get("observedGeneration")
+    return observed is None or observed >= ((host.get("metadata") or {}).get("generation") or 0)
+
+
+def tenant_status(tenant: Obj, host: Obj, caught_up: bool = True) -> Obj:
     """The tenant pod's status from its host pod's: the host's is authoritative, except what the
-    tenant owns (its qosClass, PodScheduled from its own scheduler, its readiness gates); the host's
-    PodScheduled is reported as HostScheduled."""
+    tenant owns (its qosClass, PodScheduled from its own scheduler, its readiness gates, a disruption it
+    started); the host's PodScheduled is reported as HostScheduled. Generations are the tenant's: its
+    ``observedGeneration`` is its own once the host pod has every change (``caught_up``, see
+    :func:`spec_changes` and :data:`~reconciler.shared.names.GENERATION`) and the host's kubelet has acted on it."""
     mine = tenant.get("status") or {}
     theirs = copy.deepcopy(host.get("status") or {})
     gates = {g.get("conditionType") for g in (tenant.get("spec") or {}).get("readinessGates") or []}
     owned = set(TENANT_OWNED_CONDITIONS) | gates | {names.HOST_SCHEDULED}
-    conditions = [c for c in mine.get("conditions") or [] if c.get("type") in owned]
+    host_conditions = theirs.pop("conditions", None) or []
+    told = {c.get("type") for c in host_conditions}
+    conditions = [c for c in mine.get("conditions") or []
+                  if c.get("type") in owned or (c.get("type") in TENANT_KEPT_CONDITIONS and c.get("type") not in told)]
+    observed = (tenant["metadata"].get("generation") if caught_up and _host_observed(host)
+                else mine.get("observedGeneration"))
     host_scheduled = None
-    for c in theirs.pop("conditions", None) or []:
+    for c in host_conditions:
+        c.pop("observedGeneration", None)  # the host's generations mean nothing in the tenant
+        if observed is not None:
+            c["observedGeneration"] = observed
         if c.get("type") == "PodScheduled":
             host_scheduled = {**c, "type": names.HOST_SCHEDULED}
         elif c.get("type") not in owned:
             conditions.append(c)
     if host_scheduled is not None:
         conditions = [c for c in conditions if c.get("type") != names.HOST_SCHEDULED] + [host_scheduled]
-    status = {k: v for k, v in theirs.items() if k not in ("qosClass", "nominatedNodeName", "resize")}
+    status = {k: v for k, v in theirs.items() if k not in ("qosClass", "nominatedNodeName", "resize",
+                                                             "observedGeneration")}
+    if observed is not None:
+        status["observedGeneration"] = observed
     status["conditions"] = conditions
     if mine.get("qosClass"):
         status["qosClass"] = mine["qosClass"]

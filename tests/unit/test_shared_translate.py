@@ -303,3 +303,76 @@ def test_a_tenant_pods_new_labels_and_annotations_change_what_its_host_pod_shows
     assert before != after
     assert after[names.TENANT_LABELS] == 'app="web"\ntier="front"'  # what a kubelet writes for metadata.labels
     assert after[names.TENANT_ANNOTATIONS] == 'a="1"'
+
+
+def test_env_reading_one_tenant_label_or_annotation_gets_its_value_as_a_kubelet_would() -> None:
+    pod = tenant_pod(containers=[{"name": "c", "image": "busybox", "env": [
+        {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+        {"name": "INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['note']"}}},
+        {"name": "NONE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['absent']"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}])
+    env = {e["name"]: e for e in translate.host_pod(VC, pod)["spec"]["containers"][0]["env"]}
+    assert (env["APP"]["value"], env["INDEX"]["value"], env["NONE"]["value"]) == ("web", "x", "")
+    assert env["IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}  # the host pod's own answers
+
+
+def test_a_pod_keeps_the_hostname_it_asks_for() -> None:
+    assert translate.host_pod(VC, tenant_pod(hostname="querier-1"))["spec"]["hostname"] == "querier-1"
+
+
+def running_host(pod: Obj) -> Obj:
+    host = translate.host_pod(VC, pod)
+    host["metadata"]["generation"] = 1
+    host["status"] = {"observedGeneration": 1, "phase": "Running",
+                      "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1}]}
+    return host
+
+
+def test_a_running_pod_with_nothing_changed_needs_no_host_change() -> None:
+    pod = tenant_pod(activeDeadlineSeconds=60)
+    assert not translate.spec_changes(pod, running_host(pod))
+
+
+def test_images_deadline_resources_and_ephemeral_containers_reach_a_running_host_pod() -> None:
+    pod = tenant_pod(containers=[{"name": "c", "image": "busybox",
+                                  "resources": {"limits": {"cpu": "200m"}, "requests": {"cpu": "200m"}}}])
+    host = running_host(pod)
+    host["spec"]["containers"][0]["resources"]["requests"]["memory"] = "128Mi"  # the host's default stays
+    pod["spec"]["containers"][0].update(image="nginx", resources={"limits": {"cpu": "300m"},
+                                                                  "requests": {"cpu": "300m"}})
+    pod["spec"]["activeDeadlineSeconds"] = 5
+    pod["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox", "env": [
+        {"name": "K", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "k"}}}]}]
+    changes = translate.spec_changes(pod, host)
+    assert changes.spec == {"containers": [{"name": "c", "image": "nginx"}], "activeDeadlineSeconds": 5}
+    assert changes.resize == {"containers": [{"name": "c", "resources": {"limits": {"cpu": "300m"},
+                                                                          "requests": {"cpu": "300m"}}}]}
+    assert [c["name"] for c in changes.ephemeral] == ["debug"]
+    assert changes.ephemeral[0]["env"][0]["valueFrom"]["configMapKeyRef"]["name"] == "settings-x-default"
+    host["spec"]["ephemeralContainers"] = changes.ephemeral
+    assert not translate.spec_changes(pod, host).ephemeral  # one that runs is not sent again
+
+
+def test_a_pod_is_made_on_the_host_without_ephemeral_containers() -> None:
+    pod = tenant_pod(ephemeralContainers=[{"name": "debug", "image": "busybox"}])
+    assert "ephemeralContainers" not in translate.host_pod(VC, pod)["spec"]
+
+
+def test_observed_generation_is_the_tenants_once_the_host_pod_has_its_changes_and_its_kubelet_acted() -> None:
+    pod = tenant_pod()
+    pod["metadata"]["generation"] = 3
+    pod["status"] = {"observedGeneration": 2}
+    host = running_host(pod)
+    caught_up = translate.tenant_status(pod, host)
+    assert caught_up["observedGeneration"] == 3
+    assert [c["observedGeneration"] for c in caught_up["conditions"] if c["type"] == "Ready"] == [3]
+    assert translate.tenant_status(pod, host, caught_up=False)["observedGeneration"] == 2
+    host["metadata"]["generation"] = 2  # the host's kubelet has not acted on its latest spec yet
+    assert translate.tenant_status(pod, host)["observedGeneration"] == 2
+
+
+def test_a_disruption_the_tenant_started_stays_on_its_pod() -> None:
+    pod = tenant_pod()
+    pod["status"] = {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]}
+    status = translate.tenant_status(pod, running_host(pod))
+    assert {c["type"] for c in status["conditions"]} == {"DisruptionTarget", "Ready"}
