@@ -29,6 +29,7 @@ from hack.harness import (
 from hack.realnodes import CONTROL_PLANE_ROLE, REAL_NODE_LABEL, STORAGE_CLASS, RealNodeLab
 
 IN_CLUSTER_OVERLAY = REPO / "hack" / "in-cluster"  # deploy/cluster-agent fitted to the real-node lab
+SLICE_KUBELET_SERVICE = "kube-system/vc-slice-kubelet"  # the host Service the shared kubelet API is published as
 
 
 @dataclass
@@ -81,9 +82,12 @@ class Stack:
                 "--slice-node-selector", f"{REAL_NODE_LABEL}=true",
                 "--slice-tolerations", f"{CONTROL_PLANE_ROLE}:NoSchedule",
                 "--slice-storage-classes", STORAGE_CLASS, *self.extra_args]
-        # the shared nodes' kubelet API where tenant apiservers reach this machine: the lab's gateway, or loopback
+        # the shared nodes' kubelet API where tenant apiservers reach this machine: the lab's gateway, published
+        # as a host NodePort Service (so the shared nodes report a real node's address, where NodePorts answer);
+        # or loopback, where kwok's nodes have no proxy to publish it through
         kubelet_api = ["--slice-kubelet-port", str(free_port()),
-                       "--slice-kubelet-address", LAB_GATEWAY if self.real_nodes else "127.0.0.1"]
+                       "--slice-kubelet-address", LAB_GATEWAY if self.real_nodes else "127.0.0.1",
+                       *(["--slice-kubelet-service", SLICE_KUBELET_SERVICE] if self.real_nodes else [])]
         args = ["--control-plane-runtime", self.runtime, "--runtime-dir", str(self.root / "tenants"), *kubelet_api,
                 "--runtime-bin-dir", str(BIN), "--encryption-key-file", str(self.root / "encryption.key"),
                 *self.extra_args]

@@ -66,7 +66,7 @@ class Manager:
         self.kubelet_api: KubeletApi | None = None
         if self.slices is not None and host is not None and slices.kubelet_port and slices.tls is not None:
             self.kubelet_api = KubeletApi(host, self.slices.tenants, "0.0.0.0", slices.kubelet_port, *slices.tls)
-            self.slices.serve_kubelet_api(self.kubelet_api, slices.kubelet_address)
+            self.slices.serve_kubelet_api(self.kubelet_api, slices.kubelet_address, slices.kubelet_service)
         ranges = ServiceRanges(host, slices.service_ranges) if host is not None else None
         self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes,
                                                  self.slices, host, credentials, Rotations(rotation_overlap), ranges)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from apiserver import IMAGE
 from apiserver.machinery.optiongroups import OptionSet
+from apiserver.machinery.validation import dns1123_label_errors
 from reconciler.shared.placement import Placement, PlacementError
 from reconciler.shared.ranges import DEFAULT_POOL, DEFAULT_PREFIX, Pool
 
@@ -246,6 +247,11 @@ class NodeJoinerOptions:
                             agent_client_key_file=self.node_agent_client_key_file or None)
 
 
+def _namespaced(text: str) -> tuple[str, str] | None:
+    namespace, _, name = text.partition("/")
+    return (namespace, name) if text else None
+
+
 @dataclass(frozen=True)
 class SliceConfig:
     """Where shared slices run and how much of the host they may promise."""
@@ -255,6 +261,7 @@ class SliceConfig:
     service_ranges: Pool = field(default_factory=Pool)
     kubelet_port: int = 0  # the shared nodes' kubelet API (0: not served)
     kubelet_address: str = ""  # where tenant apiservers reach it
+    kubelet_service: tuple[str, str] | None = None  # the host NodePort Service it is published as (ns, name)
     tls: tuple[str, str] | None = None  # its serving certificate and key (the server's own)
     storage_classes: tuple[str, ...] = ()  # the host StorageClasses slices' claims may use
 
@@ -272,6 +279,7 @@ class SliceOptions:
     slice_service_cidr_prefix: int
     slice_kubelet_port: int
     slice_kubelet_address: str
+    slice_kubelet_service: str
     slice_storage_classes: str
 
     @classmethod
@@ -299,6 +307,12 @@ class SliceOptions:
         p.add_argument("--slice-kubelet-address", default="",
                        help="the address tenant apiservers reach that port at (this server's pod IP in a cluster); "
                             "default: 127.0.0.1, where the process runtime's tenant apiservers run")
+        p.add_argument("--slice-kubelet-service", default="",
+                       help="NAMESPACE/NAME of a host Service of type NodePort that the leader makes and points at "
+                            "that API; the shared nodes then report a slice-pool node's address, where the "
+                            "tenant's NodePort Services answer too, with the Service's node port as their kubelet "
+                            "port (default: none; they report --slice-kubelet-address, where NodePorts do not "
+                            "answer)")
         p.add_argument("--slice-storage-classes", default="",
                        help="the host StorageClasses offered to shared slices, comma-separated: each appears in "
                             "the tenant, and a tenant claim of one is served by a host claim in the slice's "
@@ -317,6 +331,13 @@ class SliceOptions:
             problems.append(f"--slice-service-cidrs/--slice-service-cidr-prefix: {e}")
         if not 0 <= self.slice_kubelet_port <= 65535:
             problems.append(f"--slice-kubelet-port must be a port (0 to 65535), got {self.slice_kubelet_port}")
+        if self.slice_kubelet_service:
+            namespace, name = _namespaced(self.slice_kubelet_service) or ("", "")
+            if not namespace or not name or dns1123_label_errors(namespace) or dns1123_label_errors(name):
+                problems.append(f"--slice-kubelet-service must be NAMESPACE/NAME, got {self.slice_kubelet_service!r}")
+            if not self.slice_kubelet_port or not self.slice_kubelet_address:
+                problems.append("--slice-kubelet-service needs --slice-kubelet-port and --slice-kubelet-address "
+                                "(the Service's endpoint)")
         return problems
 
     def to_config(self) -> SliceConfig:
@@ -324,6 +345,7 @@ class SliceOptions:
                                                                        self.slice_tolerations),
                            Pool(self.slice_service_cidrs, self.slice_service_cidr_prefix),
                            self.slice_kubelet_port, self.slice_kubelet_address or "127.0.0.1",
+                           _namespaced(self.slice_kubelet_service),
                            storage_classes=tuple(c.strip() for c in self.slice_storage_classes.split(",") if c.strip()))
 
 

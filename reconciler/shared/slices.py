@@ -14,6 +14,7 @@ from apiserver.machinery.jsonutil import Obj
 from certs.tenant import TenantPki
 from reconciler.shared import capacity, names, translate
 from reconciler.shared.kubeletapi import KubeletApi, Tenant
+from reconciler.shared.nodeaddress import NodeAddresses
 from reconciler.shared.placement import Placement
 from reconciler.shared.syncer import SliceReport, SliceSyncer, remove_namespace
 from reconciler.shared.translate import TenantNetwork
@@ -45,12 +46,13 @@ class SharedSlices:
         self.placement = placement or Placement()  # the host's slice node pool
         self._syncers: dict[str, SliceSyncer] = {}
         self._kubelet_api: KubeletApi | None = None
-        self._kubelet_address = ""
+        self._addresses: NodeAddresses | None = None
 
-    def serve_kubelet_api(self, api: KubeletApi, address: str) -> None:
-        """Slices' nodes point their tenant apiservers at ``api`` (reached at ``address``)."""
+    def serve_kubelet_api(self, api: KubeletApi, address: str, service: tuple[str, str] | None = None) -> None:
+        """Slices' nodes point their tenant apiservers at ``api``, reached at ``address``, or published as the
+        host NodePort Service ``service`` (namespace, name; :mod:`.nodeaddress`)."""
         self._kubelet_api = api
-        self._kubelet_address = address
+        self._addresses = NodeAddresses(self.host, self.placement, address, lambda: api.port, service)
 
     def tenants(self) -> list[Tenant]:
         """The slices that run here, for the kubelet API."""
@@ -86,7 +88,7 @@ class SharedSlices:
                                  self.events, self.placement, TenantNetwork(pki.service_cidr), self.storage_classes)
             if self._kubelet_api is not None:
                 self._kubelet_api.trust(pki.files["ca.crt"])
-                syncer.kubelet_endpoint = (self._kubelet_address, self._kubelet_api.port)
+                syncer.addresses = self._addresses
                 syncer.kubelet_tenant = Tenant(meta.uid, pki.cert("ca"), syncer.namespace)
             self._syncers[meta.uid] = syncer
             syncer.start()

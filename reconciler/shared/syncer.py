@@ -30,6 +30,7 @@ from apiserver.machinery.timefmt import now_rfc3339, parse_rfc3339, rfc3339
 from reconciler.shared import names, translate
 from reconciler.shared.kubeletapi import Tenant
 from reconciler.shared.names import NODE_NAME
+from reconciler.shared.nodeaddress import NodeAddresses
 from reconciler.shared.placement import Placement
 from reconciler.shared.ranges import ServiceRanges
 from reconciler.shared.translate import TenantNetwork
@@ -92,7 +93,8 @@ class SliceSyncer:
         self.placement = placement
         self.network = network or TenantNetwork()
         self.api_addresses: list[tuple[str, int]] = []  # where pods reach the tenant apiserver directly
-        self.kubelet_endpoint: tuple[str, int] | None = None  # where the node's kubelet API is served
+        self.addresses: NodeAddresses | None = None  # where the node says it is (its kubelet API, its NodePorts)
+        self._reported: tuple[str, int] | None = None  # what its status last said of that
         self.kubelet_tenant: Tenant | None = None  # what that API knows of this slice
         self.slice = dict(slice_)
         self.host = host
@@ -303,15 +305,17 @@ class SliceSyncer:
         want_labels = translate.node(self.vc)["metadata"]["labels"]
         if any((current["metadata"].get("labels") or {}).get(k) != v for k, v in want_labels.items()):
             current = await self.tenant.patch(f"/api/v1/nodes/{NODE_NAME}", {"metadata": {"labels": want_labels}})
-        if loop.time() - self._status_written < STATUS_REFRESH and self._status_written:
+        kubelet = await self.addresses.current() if self.addresses is not None else None
+        if loop.time() - self._status_written < STATUS_REFRESH and self._status_written and kubelet == self._reported:
             return
         ready, reason, message = self._host
         told = (self.report.ready, self.report.reason) != (ready, reason)
         status = translate.node_status(self.slice, ready, reason, message, now_rfc3339(), self.version, current,
-                                       self.kubelet_endpoint)
+                                       kubelet)
         await self.tenant.patch(f"/api/v1/nodes/{NODE_NAME}/status", {"status": status},
                                 "application/strategic-merge-patch+json")
         self._status_written = loop.time()
+        self._reported = kubelet
         self.report.ready, self.report.reason, self.report.message = ready, reason, message
         if told and self.events is not None:  # every transition of the slice is an Event on its VirtualCluster
             await self.events.record(self.vc, "Normal" if ready else "Warning", reason,
