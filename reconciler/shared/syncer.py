@@ -1,5 +1,6 @@
 """One slice's syncer: it plays the kubelet of the tenant's shared node, and the tenant's Services to the
-host's proxies.
+host's proxies. This module holds the passes, the pods and the node; the parts the syncer is also made of
+hold what pods reference (:mod:`.copies`), storage (:mod:`.volumes`) and Services (:mod:`.services`).
 
 Level-triggered: a pass reads the tenant pods bound to the node and the host pods of the slice's
 namespace afresh and makes them correspond (create, update status, delete both ways, fail a started
@@ -26,14 +27,17 @@ from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.machinery.jsonutil import Obj
-from apiserver.machinery.timefmt import now_rfc3339, parse_rfc3339, rfc3339
+from apiserver.machinery.timefmt import now_rfc3339
 from reconciler.shared import names, translate
+from reconciler.shared.context import POD_PATH, SERVICE_PATH, Missing
+from reconciler.shared.copies import Copies
 from reconciler.shared.kubeletapi import Tenant
 from reconciler.shared.names import NODE_NAME
 from reconciler.shared.nodeaddress import NodeAddresses
 from reconciler.shared.placement import Placement
-from reconciler.shared.ranges import ServiceRanges
+from reconciler.shared.services import Services
 from reconciler.shared.translate import TenantNetwork
+from reconciler.shared.volumes import Volumes
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +46,7 @@ HEARTBEAT = 10.0  # seconds between Lease renewals (the Lease lasts 40 s, the gr
 STATUS_REFRESH = 60.0  # seconds between node status heartbeats when nothing changed
 WRITES_IN_FLIGHT = 16  # host writes of one slice at a time
 RETRY = 5.0  # seconds until a pass that met an unanswering host is tried again
-POD_PATH = "/api/v1/namespaces/{}/pods"
-SERVICE_PATH = "/api/v1/namespaces/{}/services"
-CLAIM_PATH = "/api/v1/namespaces/{}/persistentvolumeclaims"
-CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
-ENDPOINTSLICE_PATH = "/apis/discovery.k8s.io/v1/namespaces/{}/endpointslices"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-TOKEN_REFRESH = 0.8  # of a token's life, when it is asked for again (a kubelet's rule)
 
 
 def _micro_now() -> str:
@@ -83,7 +81,10 @@ class SliceReport:
         return {"name": NODE_NAME, "phase": "Ready" if self.ready else "Joining", "shared": True}
 
 
-class SliceSyncer:
+class SliceSyncer(Copies, Volumes, Services):
+    """The kubelet of the tenant's shared node: its pods and the node itself (the parts it is made of
+    hold the rest)."""
+
     def __init__(self, vc: Obj, slice_: dict[str, str], host: KubeClient, tenant: KubeClient,
                  version: str = "v0.0.0", events: EventRecorder | None = None,
                  placement: Placement | None = None, network: TenantNetwork | None = None,
@@ -118,9 +119,6 @@ class SliceSyncer:
         self._started_at = now_rfc3339()
         self.passes = 0
 
-    @property
-    def uid(self) -> str:
-        return VirtualCluster(self.vc).meta.uid
 
     # -- life ----------------------------------------------------------------------------------
 
@@ -397,16 +395,6 @@ class SliceSyncer:
             return self._down(pod, host, notes, translate.SpecChanges())
         return self._status_up(pod, host)
 
-    async def _all(self, steps: list[Awaitable[None]]) -> None:
-        async def bounded(step: Awaitable[None]) -> None:
-            async with self._writes:
-                await step
-        results = await asyncio.gather(*(bounded(s) for s in steps), return_exceptions=True)
-        for r in results:
-            if isinstance(r, HostUnavailable):
-                raise r
-            if isinstance(r, BaseException):
-                log.warning("shared slice %s: %s", self.namespace, r)
 
     async def _create_in_order(self, creates: list[tuple[Obj, Obj]]) -> None:
         """Oldest first: once the quota refuses one, the younger ones wait behind it (they are told why)
@@ -422,7 +410,7 @@ class SliceSyncer:
                 await self._copy_references(pod)
                 await self._tokens(pod)
                 await self.host.create(POD_PATH.format(self.namespace), host)
-            except _Missing as e:
+            except Missing as e:
                 await self._pending(pod, "MissingReference", str(e), event=True)
             except HostError as e:
                 if e.code == 409:  # made meanwhile: ours (the next pass compares) or someone else's
@@ -515,303 +503,6 @@ class SliceSyncer:
         """A deleting tenant pod whose host pod is gone: removed with grace 0, as its kubelet would."""
         await self._delete_tenant(pod, 0)
 
-    # -- ConfigMaps and Secrets ----------------------------------------------------------------
-
-    async def _copy_references(self, pod: Obj) -> None:
-        refs = translate.references(pod, self.network)
-        ns = pod["metadata"]["namespace"]
-        for claim in translate.claim_names(pod) if self.storage_classes else []:
-            try:
-                held = await self.host.get(f"{CLAIM_PATH.format(self.namespace)}/{names.host_name(ns, claim)}")
-            except HostError as e:
-                if e.code != 404:
-                    raise
-                held = None
-            if held is None or not names.owned_by(held, self.uid):
-                raise _Missing(f"PersistentVolumeClaim {ns}/{claim} is not served by the shared slice: it must exist "
-                               f"and be of a StorageClass the slice offers ({', '.join(self.storage_classes)})")
-        for kind, wanted in (("ConfigMap", refs.configmaps), ("Secret", refs.secrets)):
-            plural = "configmaps" if kind == "ConfigMap" else "secrets"
-            for name, optional in wanted.items():
-                try:
-                    obj = await self.tenant.get(f"/api/v1/namespaces/{ns}/{plural}/{name}")
-                except HostError as e:
-                    if e.code == 404 and optional:  # gone from the tenant: gone from the pod's volume too
-                        await self._drop_copy(plural, names.host_name(ns, name))
-                        continue
-                    if e.code == 404:
-                        raise _Missing(f"{kind} {ns}/{name} does not exist in the tenant") from None
-                    raise
-                await self._put_copy(translate.host_copy(self.vc, obj, kind), plural)
-
-    async def _drop_copy(self, plural: str, name: str) -> None:
-        path = f"/api/v1/namespaces/{self.namespace}/{plural}/{name}"
-        try:
-            have = await self.host.get(path)
-        except HostError as e:
-            if e.code != 404:
-                raise
-            return
-        if names.owned_by(have, self.uid):
-            with contextlib.suppress(HostError):
-                await self.host.delete(path)
-
-    async def _put_copy(self, want: Obj, plural: str) -> None:
-        path = f"/api/v1/namespaces/{self.namespace}/{plural}"
-        try:
-            have = await self.host.get(f"{path}/{want['metadata']['name']}")
-        except HostError as e:
-            if e.code != 404:
-                raise
-            with contextlib.suppress(HostError):
-                await self.host.create(path, want)
-            return
-        if not names.owned_by(have, self.uid):
-            raise _Missing(f"a host {want['kind']} {self.namespace}/{want['metadata']['name']} that this slice "
-                           f"did not create is in the way")
-        if not translate.same_content(have, want):
-            await self.host.request("PUT", f"{path}/{want['metadata']['name']}",
-                                    body={**want, "metadata": {**want["metadata"],
-                                                               "resourceVersion": have["metadata"]["resourceVersion"]}})
-
-    async def _collect_copies(self, tenant_pods: list[Obj]) -> None:
-        """Copies refreshed for the live pods that use them; the unused ones removed."""
-        live = [p for p in tenant_pods if not p["metadata"].get("deletionTimestamp")
-                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-        used: dict[str, set[str]] = {"configmaps": set(), "secrets": set()}
-        for pod in live:
-            refs = translate.references(pod, self.network)
-            ns = pod["metadata"]["namespace"]
-            used["configmaps"] |= {names.host_name(ns, n) for n in refs.configmaps}
-            used["secrets"] |= {names.host_name(ns, n) for n in refs.secrets}
-            if self.network.routed and translate.token_asks(pod):
-                used["secrets"].add(translate.token_secret_name(pod))
-        listed: dict[str, Obj] = {}
-        for plural, keep in used.items():
-            copies = (await self.host.get(f"/api/v1/namespaces/{self.namespace}/{plural}",
-                                          labelSelector=f"{names.VC_UID}={self.uid}"))["items"]
-            if plural == "secrets":
-                listed = {c["metadata"]["name"]: c for c in copies}
-            for c in copies:
-                if c["metadata"]["name"] not in keep and names.owned_by(c, self.uid):
-                    with contextlib.suppress(HostError):
-                        await self.host.delete(f"/api/v1/namespaces/{self.namespace}/{plural}/{c['metadata']['name']}")
-        refresh = [self._copy_references(p) for p in live if translate.started(p)]
-        if self.network.routed:
-            refresh += [self._tokens(p, listed.get(translate.token_secret_name(p))) for p in live
-                        if translate.started(p) and translate.token_asks(p)]
-        await self._all([_ignore_missing(r) for r in refresh])
-
-    # -- volumes -------------------------------------------------------------------------------
-
-    async def _volumes(self) -> None:
-        """The offered host StorageClasses as the tenant's (the host's default, if offered, its default); each
-        tenant claim of one a host claim in the slice's namespace and a tenant volume bound to it; what no
-        claim needs any more goes, the host claim with its data."""
-        offered = sorted((c for c in (await self.host.get(CLASSES))["items"]
-                          if c["metadata"]["name"] in self.storage_classes), key=lambda c: c["metadata"]["name"])
-        default = next((c["metadata"]["name"] for c in offered
-                        if (c["metadata"].get("annotations") or {}).get(translate.DEFAULT_CLASS) == "true"),
-                       offered[0]["metadata"]["name"] if offered else "")
-        have = {c["metadata"]["name"]: c for c in (await self.tenant.get(
-            CLASSES, labelSelector=f"{names.MANAGED_BY}={names.MANAGER}"))["items"]}
-        for host_class in offered:
-            want = translate.tenant_storage_class(host_class, host_class["metadata"]["name"] == default)
-            current = have.pop(want["metadata"]["name"], None)
-            if current is not None and translate.storage_class_differs(current, want):
-                await self.tenant.delete(f"{CLASSES}/{want['metadata']['name']}")  # its fields are immutable
-                current = None
-            if current is None:
-                with contextlib.suppress(HostError):  # a tenant class of that name, not ours: left alone
-                    await self.tenant.create(CLASSES, want)
-        for gone in have:
-            await self.tenant.delete(f"{CLASSES}/{gone}")
-        await self._csi_driver()
-        served = {c["metadata"]["name"] for c in offered}
-        claims = [c for c in (await self.tenant.get("/api/v1/persistentvolumeclaims"))["items"]
-                  if (c.get("spec") or {}).get("storageClassName") in served]
-        held = {c["metadata"]["name"]: c for c in (await self.host.get(
-            CLAIM_PATH.format(self.namespace), labelSelector=f"{names.VC_UID}={self.uid}"))["items"]}
-        live = set()
-        for claim in claims:
-            want = translate.host_claim(self.vc, claim)
-            live.add(claim["metadata"]["uid"])
-            if want["metadata"]["name"] not in held:
-                try:
-                    await self.host.create(CLAIM_PATH.format(self.namespace), want)
-                except HostError as e:
-                    if e.code != 409:
-                        await self._tenant_event(claim, "Warning", "ProvisioningFailed",
-                                                 f"the host refused the claim's host claim: {e.message}",
-                                                 kind="PersistentVolumeClaim")
-                        continue
-            if not (claim.get("spec") or {}).get("volumeName") and not claim["metadata"].get("deletionTimestamp"):
-                with contextlib.suppress(HostError):  # 409: made by an earlier pass
-                    await self.tenant.create("/api/v1/persistentvolumes", translate.tenant_volume(self.vc, claim))
-        wanted = {names.host_name(c["metadata"]["namespace"], c["metadata"]["name"]) for c in claims}
-        for name, claim in held.items():
-            if name not in wanted and names.owned_by(claim, self.uid):
-                await self._delete(CLAIM_PATH.format(self.namespace), name)
-        for volume in (await self.tenant.get("/api/v1/persistentvolumes",
-                                             labelSelector=f"{names.MANAGED_BY}={names.MANAGER}"))["items"]:
-            if ((volume.get("spec") or {}).get("claimRef") or {}).get("uid") not in live:
-                with contextlib.suppress(HostError):
-                    await self.tenant.delete(f"/api/v1/persistentvolumes/{volume['metadata']['name']}")
-
-    async def _csi_driver(self) -> None:
-        """The tenant's volumes name the slice as their driver, which needs no attaching: the tenant's
-        attach/detach controller leaves them alone."""
-        if self._driver_made:
-            return
-        driver = {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
-                  "metadata": {"name": translate.PROVISIONER, "labels": {names.MANAGED_BY: names.MANAGER}},
-                  "spec": {"attachRequired": False, "podInfoOnMount": False}}
-        try:
-            await self.tenant.create("/apis/storage.k8s.io/v1/csidrivers", driver)
-        except HostError as e:
-            if e.code != 409:
-                raise
-        self._driver_made = True
-
-    # -- service-account tokens ----------------------------------------------------------------
-
-    async def _tokens(self, pod: Obj, have: Obj | None = None) -> None:
-        """The pod's tokens, asked of the tenant (TokenRequest for its ServiceAccount, bound to the tenant pod,
-        with each source's audience and expiry), in the host Secret its host pod mounts (``have``, when the
-        pass listed it already); asked again once the first reaches 80% of its life. A tenant that refuses
-        (a missing ServiceAccount) holds the pod back."""
-        asks = translate.token_asks(pod) if self.network.routed else []
-        if not asks:
-            return
-        meta = pod["metadata"]
-        path = f"/api/v1/namespaces/{self.namespace}/secrets/{translate.token_secret_name(pod)}"
-        if have is None:
-            try:
-                have = await self.host.get(path)
-            except HostError as e:
-                if e.code != 404:
-                    raise
-        if have is not None:
-            if not names.owned_by(have, self.uid):
-                raise _Missing(f"a host Secret {self.namespace}/{have['metadata']['name']} that this slice did not "
-                               f"create is in the way of the pod's service-account token")
-            due = (have["metadata"].get("annotations") or {}).get(names.REFRESH_AT, "")
-            if due and parse_rfc3339(due) > dt.datetime.now(dt.UTC):
-                return
-        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
-        tokens: dict[str, str] = {}
-        refresh: dt.datetime | None = None
-        for ask in asks:
-            issued = dt.datetime.now(dt.UTC)
-            body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                    "spec": {"audiences": [ask.audience] if ask.audience else [], "expirationSeconds": ask.expiration,
-                             "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                                                "uid": meta["uid"]}}}
-            try:
-                answer = await self.tenant.create(
-                    f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token", body)
-            except HostError as e:
-                if e.code in (403, 404, 422):
-                    raise _Missing(f"the tenant issued no token for ServiceAccount {meta['namespace']}/{account}: "
-                                   f"{e.message}") from None
-                raise
-            tokens[ask.key] = answer["status"]["token"]
-            expires = parse_rfc3339(answer["status"]["expirationTimestamp"])
-            due_at = issued + (expires - issued) * TOKEN_REFRESH
-            refresh = due_at if refresh is None else min(refresh, due_at)
-        assert refresh is not None
-        want = translate.token_secret(self.vc, pod, tokens, rfc3339(refresh))
-        if have is None:
-            await self.host.create(f"/api/v1/namespaces/{self.namespace}/secrets", want)
-        else:
-            want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
-            await self.host.request("PUT", path, body=want)
-
-    # -- Services ------------------------------------------------------------------------------
-
-    async def _services(self, services: list[Obj]) -> None:
-        """Each tenant Service with a ClusterIP has a host Service at the same address, and each of its
-        EndpointSlices a host one with the same endpoints: the host's proxies carry the tenant's traffic.
-        What no tenant object asks for any more goes; what the host refuses is told on the tenant Service."""
-        await ServiceRanges(self.host).ensure(self.vc, self.network.service_cidr)
-        selector = f"{names.VC_UID}={self.uid}"
-        have = {s["metadata"]["name"]: s for s in (await self.host.get(SERVICE_PATH.format(self.namespace),
-                                                                      labelSelector=selector))["items"]}
-        served: dict[tuple[str, str], str] = {}
-        steps: list[Awaitable[None]] = []
-        for svc in services:
-            want = translate.host_service(self.vc, svc)
-            if want is None:
-                continue
-            meta = svc["metadata"]
-            served[(meta["namespace"], meta["name"])] = want["metadata"]["name"]
-            steps.append(self._service(svc, want, have.get(want["metadata"]["name"])))
-        for name, obj in have.items():
-            if name not in served.values() and names.owned_by(obj, self.uid):
-                steps.append(self._delete(SERVICE_PATH.format(self.namespace), name))
-        await self._all(steps)
-        slices = (await self.tenant.get("/apis/discovery.k8s.io/v1/endpointslices"))["items"]
-        have_slices = {s["metadata"]["name"]: s for s in (await self.host.get(
-            ENDPOINTSLICE_PATH.format(self.namespace), labelSelector=selector))["items"]}
-        wanted: set[str] = set()
-        steps = []
-        api = served.get(("default", "kubernetes"))
-        if api is not None and self.api_addresses:  # not the address nodes use: one a pod reaches directly
-            slices = [translate.apiserver_endpointslice(self.api_addresses),
-                      *(s for s in slices if (s["metadata"]["namespace"], s["metadata"]["name"]) != ("default", "kubernetes"))]
-        for es in slices:
-            meta = es["metadata"]
-            service = served.get((meta["namespace"], (meta.get("labels") or {}).get("kubernetes.io/service-name", "")))
-            if service is None:
-                continue
-            want = translate.host_endpointslice(self.vc, es, service)
-            wanted.add(want["metadata"]["name"])
-            steps.append(self._endpointslice(want, have_slices.get(want["metadata"]["name"])))
-        for name, obj in have_slices.items():
-            if name not in wanted and names.owned_by(obj, self.uid):
-                steps.append(self._delete(ENDPOINTSLICE_PATH.format(self.namespace), name))
-        await self._all(steps)
-
-    async def _service(self, svc: Obj, want: Obj, have: Obj | None) -> None:
-        path = SERVICE_PATH.format(self.namespace)
-        name = want["metadata"]["name"]
-        try:
-            if have is not None:
-                change = translate.service_differs(have, want)
-                if not change:
-                    return
-                if change == "update":
-                    await self.host.request("PUT", f"{path}/{name}", body={
-                        **want, "metadata": {**want["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}})
-                    return
-                await self._delete(path, name)
-            await self.host.create(path, want)
-        except HostError as e:
-            if e.code == 409:
-                self._wake.set()  # made or changed meanwhile: look again
-                return
-            self._again = True
-            message = f"the host cannot carry this Service from the shared slice: {e.message}"
-            told = (svc["metadata"].get("uid", ""), message)
-            if told not in self._told:
-                self._told.add(told)
-                await self._tenant_event(svc, "Warning", "HostServiceRefused", message, kind="Service")
-
-    async def _endpointslice(self, want: Obj, have: Obj | None) -> None:
-        path = ENDPOINTSLICE_PATH.format(self.namespace)
-        if have is None:
-            await self.host.create(path, want)
-        elif translate.endpointslice_differs(have, want):
-            want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
-            await self.host.request("PUT", f"{path}/{want['metadata']['name']}", body=want)
-
-    async def _delete(self, path: str, name: str) -> None:
-        try:
-            await self.host.delete(f"{path}/{name}")
-        except HostError as e:
-            if e.code != 404:
-                raise
-
     # -- events, up ----------------------------------------------------------------------------
 
     async def _forward_events(self, tenant_pods: list[Obj]) -> None:
@@ -830,20 +521,6 @@ class SliceSyncer:
             message = (e.get("message") or "").replace(self.namespace, pod["metadata"]["namespace"])
             await self._tenant_event(pod, e.get("type") or "Normal", e.get("reason") or "", message)
 
-    async def _tenant_event(self, obj: Obj, type_: str, reason: str, message: str, kind: str = "Pod") -> None:
-        meta = obj["metadata"]
-        now = now_rfc3339()
-        event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                 "involvedObject": {"apiVersion": "v1", "kind": kind, "name": meta["name"],
-                                    "namespace": meta["namespace"], "uid": meta["uid"]},
-                 "reason": reason, "message": message[:1024], "type": type_, "firstTimestamp": now,
-                 "lastTimestamp": now, "count": 1, "source": {"component": "shared-slice", "host": NODE_NAME},
-                 "reportingComponent": "shared-slice", "reportingInstance": NODE_NAME}
-        try:
-            await self.tenant.create(f"/api/v1/namespaces/{meta['namespace']}/events", event)
-        except (HostError, HostUnavailable) as e:
-            log.debug("event %s on %s/%s not recorded: %s", reason, meta["namespace"], meta["name"], e)
 
     # -- teardown ------------------------------------------------------------------------------
 
@@ -889,12 +566,4 @@ async def _delete_pod(client: KubeClient, pod: Obj, grace: int | None) -> None:
 def _conflict(namespace: str, name: str) -> str:
     return f"a host pod {namespace}/{name} that this slice did not create holds the pod's host name; it is left alone"
 
-
-class _Missing(Exception):
-    """A pod's non-optional ConfigMap or Secret is not there (or a foreign object holds its host name)."""
-
-
-async def _ignore_missing(step: Awaitable[None]) -> None:
-    with contextlib.suppress(_Missing):
-        await step
 
