@@ -32,6 +32,7 @@ CLAIM_VOLUMES = ("persistentVolumeClaim", "ephemeral")  # served by host claims,
 PROVISIONER = f"{names.MANAGER}.{names.DOMAIN}"  # the tenant's StorageClasses' provisioner: the slice's syncer
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 TENANT_OWNED_CONDITIONS = ("PodScheduled",)
+HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")  # and hugepages-*: what a host pod may ask of the host
 # the tenant's own word on a pod that the host does not repeat: its eviction or preemption sets it there
 TENANT_KEPT_CONDITIONS = ("DisruptionTarget",)
 CLUSTER_DOMAIN = "cluster.local"
@@ -363,10 +364,26 @@ def _env_literal(pod: Obj, path: str) -> str | None:
     return None
 
 
+def _host_resources(resources: Obj) -> Obj:
+    """A container's resources as the host is asked for them: what a slice promises (cpu, memory, local
+    storage, huge pages). Any other, such as an extended resource added to the virtual node's status, is the
+    tenant's own accounting, which the host's nodes do not have."""
+    out = {k: v for k, v in resources.items() if k not in ("requests", "limits")}
+    for section in ("requests", "limits"):
+        kept = {r: q for r, q in (resources.get(section) or {}).items()
+                if r in HOST_RESOURCES or r.startswith("hugepages-")}
+        if kept:
+            out[section] = kept
+    return out
+
+
 def _host_container(c: Obj, pod: Obj, links: list[Obj], dropped: set[str]) -> None:
     """One container of the tenant pod as its host pod runs it (in place): the tenant's Service environment
-    first, its downward API and references pointing at the host pod's copies, no mount of a dropped volume."""
+    first, its downward API and references pointing at the host pod's copies, no mount of a dropped volume,
+    the resources the host has."""
     ns = pod["metadata"]["namespace"]
+    if c.get("resources"):
+        c["resources"] = _host_resources(c["resources"])
     if "volumeMounts" in c or dropped:
         c["volumeMounts"] = [m for m in c.get("volumeMounts") or [] if m.get("name") not in dropped]
     if links:  # before the container's own: a name it declares wins, as over a kubelet's
@@ -499,8 +516,9 @@ def spec_changes(pod: Obj, host: Obj, network: TenantNetwork | None = None,
         ours = [c for c in mine.get(kind) or [] if c.get("name") in have]
         images = [{"name": c["name"], "image": c.get("image")} for c in ours
                   if c.get("image") != have[c["name"]].get("image")]
-        resized = [{"name": c["name"], "resources": c.get("resources") or {}} for c in ours
-                   if _resources_differ(c.get("resources") or {}, have[c["name"]].get("resources") or {})]
+        resized = [{"name": c["name"], "resources": _host_resources(c.get("resources") or {})} for c in ours
+                   if _resources_differ(_host_resources(c.get("resources") or {}),
+                                        have[c["name"]].get("resources") or {})]
         if images:
             changes.spec[kind] = images
         if resized:

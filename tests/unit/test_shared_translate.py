@@ -376,3 +376,13 @@ def test_a_disruption_the_tenant_started_stays_on_its_pod() -> None:
     pod["status"] = {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]}
     status = translate.tenant_status(pod, running_host(pod))
     assert {c["type"] for c in status["conditions"]} == {"DisruptionTarget", "Ready"}
+
+
+def test_a_host_pod_asks_the_host_only_for_resources_a_slice_promises() -> None:
+    resources = {"requests": {"cpu": "100m", "example.com/foo": "1", "hugepages-2Mi": "2Mi"},
+                 "limits": {"example.com/foo": "1"}}
+    pod = tenant_pod(containers=[{"name": "c", "image": "busybox", "resources": resources}])
+    host = translate.host_pod(VC, pod)
+    assert host["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "100m", "hugepages-2Mi": "2Mi"}}
+    host["metadata"]["generation"] = 1
+    assert not translate.spec_changes(pod, host)  # what the host never had is no change to make
