@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from apiserver.kubeclient.client import HostError, KubeClient
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.machinery.jsonutil import Obj
 from reconciler.shared import names
 from reconciler.shared.capacity import in_pool
@@ -97,11 +97,15 @@ class NodeAddresses:
         async with self._lock:
             if self._value is not None and loop.time() - self._at < self.ttl:
                 return self._value
-            port = await self._publish(Published(*self.service, self.address, self.port()))
-            nodes = (await self.host.get("/api/v1/nodes")).get("items") or []
+            self._at = loop.time()
+            try:
+                port = await self._publish(Published(*self.service, self.address, self.port()))
+                nodes = (await self.host.get("/api/v1/nodes")).get("items") or []
+            except (HostError, HostUnavailable) as e:  # the node keeps what it reports, and says Ready by itself
+                log.warning("publishing the shared nodes' kubelet API as host Service %s: %s", "/".join(self.service), e)
+                return self._value
             address = pool_address(nodes, self.placement, self._value[0] if self._value else "")
             self._value = (address, port) if address and port else None
-            self._at = loop.time()
             return self._value
 
     async def _publish(self, p: Published) -> int:
