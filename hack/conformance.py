@@ -84,6 +84,9 @@ SMOKE = (
     "[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones [Conformance]",
     "[sig-api-machinery] ResourceQuota should create a ResourceQuota and capture the life of a pod. [Conformance]",
     "[sig-cli] Kubectl logs logs should be able to retrieve and filter logs [Conformance]",
+    "[sig-node] Pods should support retrieving logs from the container over websockets [NodeConformance] "
+    "[Conformance]",
+    "[sig-storage] Downward API volume should update labels on modification [NodeConformance] [Conformance]",
     "[sig-auth] ServiceAccounts should mount an API token into pods [Conformance]",
 )
 

@@ -107,13 +107,9 @@ class KubeClient:
             auth = await self.credentials.current()
         if raw and status < 400:
             return answer
-        try:
-            decoded = orjson.loads(answer) if answer else {}
-        except orjson.JSONDecodeError:
-            decoded = {"message": answer.decode(errors="replace")[:500]}
         if status >= 400:
-            raise HostError(status, decoded if isinstance(decoded, dict) else {"message": str(decoded)})
-        return decoded
+            raise _refusal(status, answer)
+        return _decoded(answer)
 
     async def dial(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, dict[str, str]]:
         """A connection of its own to the cluster, and the headers that authenticate on it: for what is not
@@ -158,26 +154,44 @@ class KubeClient:
 
     async def watch(self, path: str, **params: str) -> AsyncIterator[dict[str, Any]]:
         """Stream watch events until the server ends the watch."""
-        query = {"watch": "true", **params}
+        buffer = b""
+        async for chunk in self.stream(path, sock_read=120, watch="true", **params):
+            buffer += chunk
+            while (newline := buffer.find(b"\n")) >= 0:
+                line, buffer = buffer[:newline], buffer[newline + 1:]
+                if line.strip():
+                    yield orjson.loads(line)
+
+    async def stream(self, path: str, sock_read: float | None = None, **params: str) -> AsyncIterator[bytes]:
+        """A GET's body as it comes, until the server ends it (a watch, a followed log); ``sock_read``: how
+        long a silence ends it. A refusal is a :class:`HostError` before the first chunk."""
         auth = await self.credentials.current()
         for last_try in (False, True):
             try:
                 async with (await self._session_for(auth)).get(
-                        self.access.server + path, params=query, headers=self._headers(auth),
+                        self.access.server + path, params=params or None, headers=self._headers(auth),
                         server_hostname=self.access.tls_server_name or None,
-                        timeout=aiohttp.ClientTimeout(total=None, sock_connect=3, sock_read=120)) as resp:
+                        timeout=aiohttp.ClientTimeout(total=None, sock_connect=3, sock_read=sock_read)) as resp:
                     if resp.status == 401 and not last_try and await self.credentials.rejected(auth):
                         auth = await self.credentials.current()
                         continue
                     if resp.status >= 400:
-                        raise HostError(resp.status, orjson.loads(await resp.read() or b"{}"))
-                    buffer = b""
+                        raise _refusal(resp.status, await resp.read())
                     async for chunk in resp.content.iter_any():
-                        buffer += chunk
-                        while (newline := buffer.find(b"\n")) >= 0:
-                            line, buffer = buffer[:newline], buffer[newline + 1:]
-                            if line.strip():
-                                yield orjson.loads(line)
+                        yield chunk
                     return
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
-                raise HostUnavailable(f"{self.server}: watch {path}: {type(e).__name__}: {e}") from e
+                raise HostUnavailable(f"{self.server}: GET {path}: {type(e).__name__}: {e}") from e
+
+
+def _decoded(answer: bytes) -> Any:
+    """An answer's JSON; one that is not JSON (a proxy's text) as a Status-like message."""
+    try:
+        return orjson.loads(answer) if answer else {}
+    except orjson.JSONDecodeError:
+        return {"message": answer.decode(errors="replace")[:500]}
+
+
+def _refusal(status: int, answer: bytes) -> HostError:
+    decoded = _decoded(answer)
+    return HostError(status, decoded if isinstance(decoded, dict) else {"message": str(decoded)})

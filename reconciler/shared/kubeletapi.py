@@ -10,6 +10,11 @@ A request is rewritten once (the kubelet's path and query become the host API's 
 mapped host pod, with this server's host credentials) and then relayed as bytes both ways. An upgrade
 (SPDY, or WebSockets where the tenant apiserver forwards them) is answered by the host's ``101`` and
 carried on unchanged, so every streaming protocol the host speaks is carried through.
+
+Like a kubelet, the listener offers HTTP/2, and a tenant apiserver asks for logs over it (its upgrades stay
+on HTTP/1.1). That is not only fewer handshakes: over HTTP/1.1 a Go client reads a body's last bytes and
+its end in one read, and kube's WebSocket log stream drops what comes with the end, so a finished log
+read over a WebSocket (``kubectl`` in a browser, the conformance suite) came back empty.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from aiohttp import web
 from cryptography import x509
 
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.machinery.jsonutil import Obj
+from apiserver.transport.http2 import ALPN, HTTP11, Http2Connection
 from reconciler.shared import names
 
 log = logging.getLogger(__name__)
@@ -33,6 +40,9 @@ log = logging.getLogger(__name__)
 KUBELET_CLIENT = "kube-apiserver-kubelet-client"  # the CN of the tenant apiserver's kubelet client certificate
 MAX_HEAD = 64 * 1024
 CHUNK = 64 * 1024
+LINGER = 30.0  # seconds a plain answer's connection waits for its caller to close it
+H2_STREAMS = 100  # concurrent HTTP/2 streams (logs) a tenant apiserver may open on one connection
+H2_IDLE = 300.0  # seconds an HTTP/2 connection without a stream stays open
 # The kubelet's query names (the tenant apiserver's) and the host API's, for exec and attach.
 _STREAMS = {"input": "stdin", "output": "stdout", "error": "stderr", "tty": "tty"}
 # What an upgrade carries over from the caller's request.
@@ -96,8 +106,10 @@ class KubeletApi:
         self._ssl.minimum_version = ssl.TLSVersion.TLSv1_2
         self._ssl.load_cert_chain(cert_file, key_file)
         self._ssl.verify_mode = ssl.CERT_REQUIRED
+        self._ssl.set_alpn_protocols([ALPN, HTTP11])
         self._trusted: set[bytes] = set()
         self._server: asyncio.Server | None = None
+        self._h2: web.Server | None = None
 
     def trust(self, ca_pem: bytes) -> None:
         """A tenant's cluster CA, whose kubelet client certificates may connect from now on (which tenant a
@@ -107,13 +119,19 @@ class KubeletApi:
             self._trusted.add(ca_pem)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.bind, self.port, ssl=self._ssl,
-                                                  limit=MAX_HEAD)
+        self._h2 = web.Server(self._h2_request)
+        self._server = await asyncio.get_running_loop().create_server(self._connection, self.bind, self.port,
+                                                                      ssl=self._ssl)
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
         log.info("shared nodes' kubelet API listening on %s:%d", self.bind, self.port)
 
+    def _connection(self) -> asyncio.Protocol:
+        return _Negotiator(self)
+
     async def stop(self) -> None:
+        if self._h2 is not None:
+            await self._h2.shutdown(1.0)
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
@@ -158,6 +176,39 @@ class KubeletApi:
             log.debug("kubelet API connection ended: %s", e)
             writer.close()
 
+    async def _h2_request(self, request: web.BaseRequest) -> web.StreamResponse:
+        """A request on an HTTP/2 connection: a log, streamed from the host pod's (a kubelet's upgrades
+        come over HTTP/1.1, which HTTP/2 has no way to do)."""
+        try:
+            tenant = self._tenant_of(request.transport.get_extra_info("ssl_object").getpeercert(binary_form=True))
+            if request.path == "/healthz":
+                return web.Response(text="ok")
+            method, path, ns, pod = host_request(request.method, str(request.rel_url), tenant.namespace)
+            if method != "GET" or not path.split("?", 1)[0].endswith("/log"):
+                raise Refusal(400, f"{request.method} {request.path} upgrades: it is served over HTTP/1.1")
+            await self._check_pod(tenant, ns, pod)
+            chunks = self.host.stream(path)
+            first = await anext(chunks, b"")  # a refusal comes before the answer starts
+        except Refusal as e:
+            return web.Response(status=e.code, text=e.message)
+        except HostError as e:  # as the kubelet would say it: of the tenant's pod
+            return web.Response(status=e.code, text=e.message.replace(names.host_name(ns, pod), pod))
+        except HostUnavailable as e:
+            return web.Response(status=502, text=f"the host did not carry the request: {e}")
+        answer = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await answer.prepare(request)
+        try:
+            if first:
+                await answer.write(first)
+            async for chunk in chunks:
+                await answer.write(chunk)
+        except (HostError, HostUnavailable) as e:  # the host ended it midway: the stream is reset
+            log.debug("a relayed log ended: %s", e)
+            request.transport.abort()
+        finally:
+            await chunks.aclose()
+        return answer
+
     async def _check_pod(self, tenant: Tenant, ns: str, pod: str) -> None:
         """Only a pod of this tenant, running on its shared node (the host pod says whose it is)."""
         try:
@@ -187,10 +238,24 @@ class KubeletApi:
             out.append("Content-Length: 0")
         upstream_w.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
         await upstream_w.drain()
-        await asyncio.gather(_pipe(reader, upstream_w), _pipe(upstream_r, writer))
+        if upgrade:
+            await asyncio.gather(_pipe(reader, upstream_w), _pipe(upstream_r, writer))
+            return
+        # A plain answer (a log) says Connection: close, and its caller may read it only later (a tenant
+        # apiserver first upgrades its own client to a WebSocket): closing at once can reset the connection
+        # under what it has not read yet. So the caller closes first, or LINGER runs out.
+        await _pipe(upstream_r, writer, close=False)
+        with contextlib.suppress(TimeoutError, ConnectionError, ssl.SSLError, OSError):
+            async with asyncio.timeout(LINGER):
+                while await reader.read(CHUNK):
+                    pass
+        _close(upstream_w)
+        _close(writer)
 
 
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, close: bool = True) -> None:
+    """Bytes from ``source`` to ``sink`` until ``source`` ends; then ``sink`` is half-closed where it can be,
+    else closed (unless ``close`` is False)."""
     try:
         while data := await source.read(CHUNK):
             sink.write(data)
@@ -198,11 +263,35 @@ async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
     except (ConnectionError, ssl.SSLError, OSError):
         pass
     finally:
-        with contextlib.suppress(Exception):
-            if sink.can_write_eof():
-                sink.write_eof()
-            else:
-                sink.close()
+        if close:
+            with contextlib.suppress(Exception):
+                if sink.can_write_eof():
+                    sink.write_eof()
+                else:
+                    sink.close()
+
+
+class _Negotiator(asyncio.Protocol):
+    """Hands a connection, once its TLS handshake is done, to HTTP/2 or to the HTTP/1.1 relay, as its client
+    chose by ALPN."""
+
+    def __init__(self, api: KubeletApi) -> None:
+        self.api = api
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        protocol: asyncio.BaseProtocol
+        if ssl_object is not None and ssl_object.selected_alpn_protocol() == ALPN and self.api._h2 is not None:
+            protocol = Http2Connection(self.api._h2, H2_STREAMS, H2_IDLE)
+        else:
+            protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=MAX_HEAD), self.api._serve)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+
+
+def _close(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        writer.close()
 
 
 async def _answer(writer: asyncio.StreamWriter, code: int, message: str) -> None:
