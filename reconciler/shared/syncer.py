@@ -429,7 +429,7 @@ class SliceSyncer(Copies, Volumes, Services):
 
     # -- steps ---------------------------------------------------------------------------------
 
-    async def _down(self, pod: Obj, host: Obj, notes: dict[str, str], changes: translate.SpecChanges) -> None:
+    async def _down(self, pod: Obj, host: Obj, notes: dict[str, str | None], changes: translate.SpecChanges) -> None:
         """What the tenant changed of a running pod, onto its host pod: labels and annotations for its downward
         API (volumes follow, and a container that restarts reads them), and what a pod may change once made
         (:class:`~reconciler.shared.translate.SpecChanges`, each through the host's own verb for it). Then its

@@ -308,11 +308,35 @@ _DOWNWARD = {"metadata.name": names.TENANT_NAME, "metadata.namespace": names.TEN
              "metadata.annotations": names.TENANT_ANNOTATIONS}
 
 
+_SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
+
+
 def _field_path(path: str) -> str:
     """A downward-API path of the tenant pod, read from the host pod's annotations."""
     if path in _DOWNWARD:
         return f"metadata.annotations['{_DOWNWARD[path]}']"
+    match = _SUBSCRIPT.match(path)
+    if match:
+        return f"metadata.annotations['{_downward_key(match.group(1), match.group(2))}']"
     return path
+
+
+def _downward_key(kind: str, key: str) -> str:
+    """The host pod's annotation that carries one tenant label or annotation the pod's downward API names
+    (an annotation of its own: a tenant key may have a prefix, which an annotation's name cannot hold)."""
+    return f"{kind[0]}.{names.DOMAIN}/{hashlib.sha256(key.encode()).hexdigest()[:40]}"
+
+
+def _subscripts(pod: Obj) -> set[tuple[str, str]]:
+    """The (labels|annotations, key) the pod's env and downward-API volumes name one by one."""
+    spec = pod.get("spec") or {}
+    paths = [(e.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath", "")
+             for c in _containers(spec) for e in c.get("env") or []]
+    for v in spec.get("volumes") or []:
+        sources = [v.get("downwardAPI") or {}, *((s.get("downwardAPI") or {})
+                                                for s in (v.get("projected") or {}).get("sources") or [])]
+        paths += [(i.get("fieldRef") or {}).get("fieldPath", "") for s in sources for i in s.get("items") or []]
+    return {(m.group(1), m.group(2)) for m in map(_SUBSCRIPT.match, paths) if m}
 
 
 def claim_names(pod: Obj) -> list[str]:
@@ -333,12 +357,17 @@ def generation(pod: Obj) -> str:
     return str(pod["metadata"].get("generation") or 1)
 
 
-def downward_metadata(pod: Obj) -> dict[str, str]:
+def downward_metadata(pod: Obj) -> dict[str, str | None]:
     """The tenant pod's labels and annotations, as the host pod's annotations its downward API reads
-    (kept current: a kubelet shows a pod's new labels and annotations to its running containers)."""
+    (kept current: a kubelet shows a pod's new labels and annotations to its running containers, and
+    reads them again for a container it starts again). A single key the pod names and does not have
+    is None: not on the host pod, so it reads as empty there too."""
     meta = pod["metadata"]
-    return {names.TENANT_LABELS: format_map(meta.get("labels") or {}),
-            names.TENANT_ANNOTATIONS: format_map(meta.get("annotations") or {})}
+    notes: dict[str, str | None] = {names.TENANT_LABELS: format_map(meta.get("labels") or {}),
+                                    names.TENANT_ANNOTATIONS: format_map(meta.get("annotations") or {})}
+    for kind, key in _subscripts(pod):
+        notes[_downward_key(kind, key)] = (meta.get(kind) or {}).get(key)
+    return notes
 
 
 def format_map(values: dict[str, str]) -> str:
@@ -347,20 +376,13 @@ def format_map(values: dict[str, str]) -> str:
     return "\n".join(f"{k}={orjson.dumps(values[k]).decode()}" for k in sorted(values))
 
 
-_SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
-
-
 def _env_literal(pod: Obj, path: str) -> str | None:
-    """What a kubelet resolves an env ``fieldRef`` of the tenant pod to, where the host pod's own field would
-    say something else: its node, its ServiceAccount, one of its labels or annotations (read when the
-    container is made, as a kubelet reads them; a missing key is empty). None for what the host pod answers."""
+    """What a kubelet resolves an env ``fieldRef`` of the tenant pod to, where the host pod has no field that
+    says it: its node, its ServiceAccount. None for what the host pod's fields (or annotations) answer."""
     if path == "spec.nodeName":
         return NODE_NAME
     if path == "spec.serviceAccountName":
         return (pod.get("spec") or {}).get("serviceAccountName") or "default"
-    match = _SUBSCRIPT.match(path)
-    if match:
-        return str((pod["metadata"].get(match.group(1)) or {}).get(match.group(2), ""))
     return None
 
 
@@ -477,7 +499,8 @@ def host_pod(vc: Obj, pod: Obj, placement: Placement | None = None, network: Ten
             spec["dnsConfig"] = dns
     spec.update(automountServiceAccountToken=False, enableServiceLinks=False,
                 hostname=spec.get("hostname") or name[:63].rstrip("-."))
-    notes = {**names.identity(pod, "Pod"), **downward_metadata(pod), names.GENERATION: generation(pod)}
+    notes = {**names.identity(pod, "Pod"), **{k: v for k, v in downward_metadata(pod).items() if v is not None},
+             names.GENERATION: generation(pod)}
     notes[names.SPEC_HASH] = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": names.host_name(ns, name), "namespace": names.host_namespace(vc),

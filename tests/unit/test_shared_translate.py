@@ -305,15 +305,22 @@ def test_a_tenant_pods_new_labels_and_annotations_change_what_its_host_pod_shows
     assert after[names.TENANT_ANNOTATIONS] == 'a="1"'
 
 
-def test_env_reading_one_tenant_label_or_annotation_gets_its_value_as_a_kubelet_would() -> None:
+def test_env_reading_one_tenant_label_or_annotation_reads_the_tenants_kept_current_on_the_host_pod() -> None:
     pod = tenant_pod(containers=[{"name": "c", "image": "busybox", "env": [
         {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-        {"name": "INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['note']"}}},
-        {"name": "NONE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['absent']"}}},
+        {"name": "INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/i']"}}},
         {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}])
-    env = {e["name"]: e for e in translate.host_pod(VC, pod)["spec"]["containers"][0]["env"]}
-    assert (env["APP"]["value"], env["INDEX"]["value"], env["NONE"]["value"]) == ("web", "x", "")
-    assert env["IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}  # the host pod's own answers
+    pod["metadata"]["annotations"]["batch.kubernetes.io/i"] = "3"
+    host = translate.host_pod(VC, pod)
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in host["spec"]["containers"][0]["env"]}
+    assert env["IP"] == "status.podIP"  # the host pod's own answers
+    notes = host["metadata"]["annotations"]
+    read = {name: notes.get(path.removeprefix("metadata.annotations['").removesuffix("']"))
+            for name, path in env.items() if name != "IP"}
+    assert read == {"APP": "web", "INDEX": "3"}
+    del pod["metadata"]["annotations"]["batch.kubernetes.io/i"]  # gone from the tenant: gone from the host pod
+    key = env["INDEX"].removeprefix("metadata.annotations['").removesuffix("']")
+    assert translate.downward_metadata(pod)[key] is None
 
 
 def test_a_pod_keeps_the_hostname_it_asks_for() -> None:
