@@ -69,6 +69,9 @@ SLICE_BY_DESIGN = {
     **{f"[sig-node] Container Lifecycle Hook when create a pod with lifecycle hook should execute {hook} http hook "
        "properly [NodeConformance] [Conformance]": HOOK_HOST for hook in ("poststart", "prestop")},
     "[sig-network] DNS should provide /etc/hosts entries for the cluster [Conformance]": ETC_HOSTS,
+    "[sig-architecture] Conformance Tests should have at least two untainted nodes [Conformance]":
+        "a slice is one virtual node of exactly the slice's size (a tenant that needs two nodes is given whole "
+        "nodes, promoted, or a slice beside them)",
 }
 
 # One or two tests per area: what ``make test`` runs on the tenants (tests/e2e/test_conformance.py).
