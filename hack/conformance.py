@@ -70,8 +70,8 @@ SLICE_BY_DESIGN = {
        "properly [NodeConformance] [Conformance]": HOOK_HOST for hook in ("poststart", "prestop")},
     "[sig-network] DNS should provide /etc/hosts entries for the cluster [Conformance]": ETC_HOSTS,
     "[sig-architecture] Conformance Tests should have at least two untainted nodes [Conformance]":
-        "a slice is one virtual node of exactly the slice's size (a tenant that needs two nodes is given whole "
-        "nodes, promoted, or a slice beside them)",
+        "a slice is one virtual node of exactly the slice's size; a tenant that needs two nodes has whole nodes "
+        "promoted into it",
 }
 
 # One or two tests per area: what ``make test`` runs on the tenants (tests/e2e/test_conformance.py).
