@@ -427,3 +427,49 @@ def test_names_resolve_in_the_tenants_dns_only(shops: dict[str, Shop]) -> None:
         phase, page = run_once(t, f"port-{port}", retrying(
             f"timeout 5 wget -q -O /dev/termination-log http://web-two:{port}/"))
         assert (phase, page.strip()) == ("Succeeded", "shop-a-page"), port
+
+
+def test_a_running_slice_pod_is_resized_in_place_and_reports_the_tenants_generation(shops: dict[str, Shop]) -> None:
+    t = shops["shop-a"].tenant
+    t.run("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "resized"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "main", "image": BUSYBOX, "command": ["sleep", "3600"],
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}}]}}))
+    t.run("wait", "pod/resized", "--for=condition=Ready", "--timeout=90s", timeout=100)
+    t.run("patch", "pod", "resized", "--subresource=resize", "-p",
+          json.dumps({"spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "150m"},
+                                                                             "limits": {"cpu": "300m"}}}]}}))
+    pod = until(lambda: t.json("get", "pod", "resized"),
+                lambda p: p["status"].get("observedGeneration") == p["metadata"]["generation"] and
+                ((p["status"]["containerStatuses"][0].get("resources") or {}).get("limits") or {}).get("cpu") == "300m",
+                60, "the resize applied by the host's kubelet and observed")
+    assert pod["metadata"]["generation"] == 2
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0  # in place: the container kept running
+    host = shops["shop-a"].host.json("get", "pod", "-n", shops["shop-a"].slice_namespace,
+                                     names.host_name("default", "resized"))
+    assert host["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "150m"
+
+
+def test_a_deadline_set_on_a_running_slice_pod_ends_it(shops: dict[str, Shop]) -> None:
+    t = shops["shop-b"].tenant
+    t.run("run", "deadline", f"--image={BUSYBOX}", "--restart=Never", "--", "sleep", "3600")
+    t.run("wait", "pod/deadline", "--for=condition=Ready", "--timeout=90s", timeout=100)
+    t.run("patch", "pod", "deadline", "-p", json.dumps({"spec": {"activeDeadlineSeconds": 5}}))
+    pod = until(lambda: t.json("get", "pod", "deadline"), lambda p: p["status"].get("phase") == "Failed", 60,
+                "the pod failed at its deadline")
+    assert pod["status"]["reason"] == "DeadlineExceeded"
+
+
+def test_kubectl_debug_runs_an_ephemeral_container_in_a_slice_pod(shops: dict[str, Shop]) -> None:
+    t = shops["shop-a"].tenant
+    [pod] = t.json("get", "pods", "-l", "app=web")["items"]
+    name = pod["metadata"]["name"]
+    t.run("debug", name, f"--image={BUSYBOX}", "--container=debugger", "--", "sh", "-c",
+          "cat /www/index.html 2>/dev/null || echo debugging; sleep 60")
+    until(lambda: t.json("get", "pod", name),
+          lambda p: any(s["name"] == "debugger" and "running" in s["state"]
+                        for s in p["status"].get("ephemeralContainerStatuses") or []), 60,
+          "the ephemeral container running")
+    assert until(lambda: t.run("logs", name, "-c", "debugger").stdout, bool, 30, "the debugger's output") == \
+        "debugging\n"  # its own filesystem, beside the pod's containers
