@@ -584,6 +584,25 @@ def same_content(a: Obj, b: Obj) -> bool:
 
 # -- status, up ----------------------------------------------------------------------------------
 
+def _tenant_resources(status: Obj, container: Obj) -> Obj:
+    """A container status's resources as the tenant's kubelet would report them: only the resources the
+    tenant's container states (the host's defaults for the rest, its LimitRange's requests, are the host's)."""
+    wanted = container.get("resources") or {}
+    requests = set(wanted.get("requests") or {})
+    out = dict(status)
+    allocated = {r: q for r, q in (status.get("allocatedResources") or {}).items() if r in requests}
+    out.pop("allocatedResources", None)
+    if allocated:
+        out["allocatedResources"] = allocated
+    if "resources" in status:
+        actual = {section: {r: q for r, q in (status["resources"].get(section) or {}).items()
+                            if r in (wanted.get(section) or {})}
+                  for section in ("requests", "limits")}
+        out["resources"] = {**{k: v for k, v in status["resources"].items() if k not in ("requests", "limits")},
+                            **{k: v for k, v in actual.items() if v}}
+    return out
+
+
 def _host_observed(host: Obj) -> bool:
     """Whether the host's kubelet has acted on the host pod's latest spec (one that does not say has)."""
     observed = (host.get("status") or {}).get("observedGeneration")
@@ -619,6 +638,11 @@ def tenant_status(tenant: Obj, host: Obj, caught_up: bool = True) -> Obj:
         conditions = [c for c in conditions if c.get("type") != names.HOST_SCHEDULED] + [host_scheduled]
     status = {k: v for k, v in theirs.items() if k not in ("qosClass", "nominatedNodeName", "resize",
                                                              "observedGeneration")}
+    spec = tenant.get("spec") or {}
+    for key, kind in (("containerStatuses", "containers"), ("initContainerStatuses", "initContainers")):
+        containers = {c.get("name"): c for c in spec.get(kind) or []}
+        if key in status:
+            status[key] = [_tenant_resources(s, containers.get(s.get("name"), {})) for s in status[key]]
     if observed is not None:
         status["observedGeneration"] = observed
     status["conditions"] = conditions

@@ -393,3 +393,18 @@ def test_a_host_pod_asks_the_host_only_for_resources_a_slice_promises() -> None:
     assert host["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "100m", "hugepages-2Mi": "2Mi"}}
     host["metadata"]["generation"] = 1
     assert not translate.spec_changes(pod, host)  # what the host never had is no change to make
+
+
+def test_container_resources_in_the_status_are_only_those_the_tenant_states() -> None:
+    stated = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    pod = tenant_pod(containers=[{"name": "c", "image": "busybox", "resources": stated},
+                                 {"name": "best-effort", "image": "busybox"}])
+    host = running_host(pod)
+    defaulted = {"cpu": "100m", "memory": "128Mi"}  # the host's LimitRange: requests for what states none
+    host["status"]["containerStatuses"] = [
+        {"name": "c", "allocatedResources": {"cpu": "1", "memory": "128Mi"},
+         "resources": {"requests": {"cpu": "1", "memory": "128Mi"}, "limits": {"cpu": "1"}}},
+        {"name": "best-effort", "allocatedResources": defaulted, "resources": {"requests": defaulted}}]
+    [c, best_effort] = translate.tenant_status(pod, host)["containerStatuses"]
+    assert (c["allocatedResources"], c["resources"]) == ({"cpu": "1"}, stated)
+    assert "allocatedResources" not in best_effort and best_effort["resources"] == {}
