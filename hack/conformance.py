@@ -49,6 +49,9 @@ SKIPS: tuple[tuple[str, str], ...] = (
 HOOK_HOST = ("the hook names an address for the host's kubelet to dial from the host node's network; Pod Security "
              "`baseline` refuses a probe or lifecycle `host` (Kubernetes 1.34) because it lets a pod make the node "
              "reach anywhere, which from a slice is past the tenant into the host")
+HOST_PATH = ("the test's pods mount a directory of the host node (hostPath), privileged, to keep a marker between a "
+             "pod's retries; a slice's host namespace refuses both (Pod Security `baseline`): they reach the host "
+             "node's filesystem")
 ETC_HOSTS = ("the host's kubelet writes a pod's /etc/hosts with the host's namespace and domain, and its IP is not known "
              "before it runs, so the tenant FQDN of a pod's hostname.subdomain cannot be written there; the tenant's "
              "DNS answers that name once a headless Service of the subdomain selects the pod (the test makes none)")
@@ -69,6 +72,9 @@ SLICE_BY_DESIGN = {
     **{f"[sig-node] Container Lifecycle Hook when create a pod with lifecycle hook should execute {hook} http hook "
        "properly [NodeConformance] [Conformance]": HOOK_HOST for hook in ("poststart", "prestop")},
     "[sig-network] DNS should provide /etc/hosts entries for the cluster [Conformance]": ETC_HOSTS,
+    **{f"[sig-apps] Job should allow to use {what} [Conformance]": HOST_PATH
+       for what in ("the pod failure policy on exit code to fail the job early",
+                    "a pod failure policy to ignore failure matching on DisruptionTarget condition")},
     "[sig-architecture] Conformance Tests should have at least two untainted nodes [Conformance]":
         "a slice is one virtual node of exactly the slice's size; a tenant that needs two nodes has whole nodes "
         "promoted into it",
