@@ -52,6 +52,8 @@ HOOK_HOST = ("the hook names an address for the host's kubelet to dial from the 
 HOST_PATH = ("the test's pods mount a directory of the host node (hostPath), privileged, to keep a marker between a "
              "pod's retries; a slice's host namespace refuses both (Pod Security `baseline`): they reach the host "
              "node's filesystem")
+ONE_NODE = ("a slice is one virtual node of exactly the slice's size; a tenant that needs two nodes has whole nodes "
+            "promoted into it")
 ETC_HOSTS = ("the host's kubelet writes a pod's /etc/hosts with the host's namespace and domain, and its IP is not known "
              "before it runs, so the tenant FQDN of a pod's hostname.subdomain cannot be written there; the tenant's "
              "DNS answers that name once a headless Service of the subdomain selects the pod (the test makes none)")
@@ -75,9 +77,9 @@ SLICE_BY_DESIGN = {
     **{f"[sig-apps] Job should allow to use {what} [Conformance]": HOST_PATH
        for what in ("the pod failure policy on exit code to fail the job early",
                     "a pod failure policy to ignore failure matching on DisruptionTarget condition")},
-    "[sig-architecture] Conformance Tests should have at least two untainted nodes [Conformance]":
-        "a slice is one virtual node of exactly the slice's size; a tenant that needs two nodes has whole nodes "
-        "promoted into it",
+    "[sig-architecture] Conformance Tests should have at least two untainted nodes [Conformance]": ONE_NODE,
+    "[sig-apps] Daemon set [Serial] should rollback without unnecessary restarts [Conformance]":
+        ONE_NODE + " (the test asks for two)",
 }
 
 # One or two tests per area: what ``make test`` runs on the tenants (tests/e2e/test_conformance.py).

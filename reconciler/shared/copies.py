@@ -125,7 +125,7 @@ class Copies(SliceContext):
                 raise Missing(f"a host Secret {self.namespace}/{have['metadata']['name']} that this slice did not "
                                f"create is in the way of the pod's service-account token")
             due = (have["metadata"].get("annotations") or {}).get(names.REFRESH_AT, "")
-            if due and parse_rfc3339(due) > dt.datetime.now(dt.UTC):
+            if translate.tokens_current(have, pod) and due and parse_rfc3339(due) > dt.datetime.now(dt.UTC):
                 return
         account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
         tokens: dict[str, str] = {}

@@ -209,6 +209,14 @@ def token_secret(vc: Obj, pod: Obj, tokens: dict[str, str], refresh_at: str) -> 
             "stringData": tokens}
 
 
+def tokens_current(secret: Obj, pod: Obj) -> bool:
+    """Whether a host token Secret carries this pod's tokens: bound to this tenant pod (a StatefulSet's pod made
+    again has its name, not its uid) and one for each source its volumes project now."""
+    bound = (secret["metadata"].get("labels") or {}).get(names.TOKEN_OF) == pod["metadata"].get("uid")
+    held = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
+    return bound and all(ask.key in held for ask in token_asks(pod))
+
+
 def _service_env(name: str, ip: str, ports: list[Obj]) -> list[Obj]:
     """What a kubelet tells containers of a Service (``enableServiceLinks``, and always of ``kubernetes``)."""
     prefix = name.upper().replace("-", "_")

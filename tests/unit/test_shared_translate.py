@@ -408,3 +408,14 @@ def test_container_resources_in_the_status_are_only_those_the_tenant_states() ->
     [c, best_effort] = translate.tenant_status(pod, host)["containerStatuses"]
     assert (c["allocatedResources"], c["resources"]) == ({"cpu": "1"}, stated)
     assert "allocatedResources" not in best_effort and best_effort["resources"] == {}
+
+
+def test_a_pod_made_again_under_its_name_does_not_take_its_predecessors_tokens() -> None:
+    volume = {"name": "kube-api-access-abcde", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+    pod = tenant_pod(volumes=[volume])
+    secret = translate.token_secret(VC, pod, {"kube-api-access-abcde.0": "t"}, "2026-11-25T10:00:00Z")
+    secret["data"] = secret.pop("stringData")
+    assert translate.tokens_current(secret, pod)
+    again = tenant_pod(volumes=[{**volume, "name": "kube-api-access-fghij"}])
+    again["metadata"]["uid"] = "pod-uid-2"
+    assert not translate.tokens_current(secret, again)
