@@ -22,7 +22,10 @@ from reconciler.shared.ranges import dns_address, first_address
 
 PODS = "110"
 EPHEMERAL_STORAGE = "100Gi"
-DEFAULT_REQUEST = {"cpu": "100m", "memory": "128Mi"}  # a container without requests, in the host's quota
+# A container that states no requests still needs some for the host's quota: the least, so that it runs as on a
+# node of its own (a 1m cpu request gives the kernel's minimum cpu weight, as none does) and counts as next to
+# nothing, as the tenant's scheduler counts it.
+DEFAULT_REQUEST = {"cpu": "1m", "memory": "1Mi"}
 # Scheduling and identity fields that could reach other tenants' or the host's machinery.
 STRIPPED = ("nodeName", "nodeSelector", "affinity", "topologySpreadConstraints", "tolerations", "priorityClassName",
             "priority", "preemptionPolicy", "schedulerName", "runtimeClassName", "serviceAccountName",

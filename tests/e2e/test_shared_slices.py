@@ -17,7 +17,7 @@ import pytest
 from apiserver.machinery.quantity import parse_quantity
 from hack.harness import fake_node
 from hack.stack import Stack
-from reconciler.shared import names
+from reconciler.shared import names, translate
 from tests.conftest import Kubectl, running_stack, vc
 from tests.support.promotion import tenant, wait_phase
 from tests.support.waiting import until
@@ -89,7 +89,7 @@ def test_a_slice_is_one_ready_tenant_node_of_exactly_its_size_backed_by_a_host_q
     assert quota["spec"]["hard"] == {"requests.cpu": "4", "requests.memory": "8Gi", "pods": "110"}
     assert quota["status"]["hard"] == quota["spec"]["hard"]
     assert host.json("get", "limitrange", names.LIMIT_RANGE, "-n", namespace)["spec"]["limits"][0]["defaultRequest"] \
-        == {"cpu": "100m", "memory": "128Mi"}
+        == translate.DEFAULT_REQUEST
     # the tenant: one node, Ready, capacity = allocatable = the slice, its Lease renewed
     nodes = t.json("get", "nodes")["items"]
     assert [n["metadata"]["name"] for n in nodes] == [NODE]
@@ -130,8 +130,9 @@ def test_tenant_pods_run_in_the_host_namespace_under_the_quota_and_report_back(
     def on_the_node() -> tuple[int, Decimal]:
         pods = [p for p in tenant_pods(t, "-A") if p["status"].get("phase") in ("Pending", "Running")
                 and condition(p, names.HOST_SCHEDULED).get("status") == "True"]
-        return len(pods), sum((parse_quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", "100m"))
-                               for p in pods for c in p["spec"]["containers"]), Decimal(0))  # 100m: the LimitRange's
+        default = translate.DEFAULT_REQUEST["cpu"]  # the LimitRange's, for a container that states none
+        return len(pods), sum((parse_quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", default))
+                               for p in pods for c in p["spec"]["containers"]), Decimal(0))
     until(lambda: (host.json("get", "resourcequota", names.QUOTA, "-n", namespace)["status"]["used"], on_the_node()),
           lambda seen: (int(seen[0].get("pods", 0)), parse_quantity(seen[0].get("requests.cpu", "0"))) == seen[1]
           and seen[1][0] >= 3, what="the quota's use: the requests of the pods on the node")

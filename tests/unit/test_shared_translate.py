@@ -260,7 +260,7 @@ def test_quota_limits_and_node_are_exactly_the_slice() -> None:
     slice_ = {"cpu": "10", "memory": "100Gi"}
     assert translate.quota(VC, slice_)["spec"]["hard"] == {"requests.cpu": "10", "requests.memory": "100Gi",
                                                            "pods": "110"}
-    assert translate.limit_range(VC)["spec"]["limits"][0]["defaultRequest"] == {"cpu": "100m", "memory": "128Mi"}
+    assert translate.limit_range(VC)["spec"]["limits"][0]["defaultRequest"] == {"cpu": "1m", "memory": "1Mi"}
     status = translate.node_status(slice_, True, "SliceReady", "ok", "2026-11-25T10:00:00Z", "v1.35.4")
     assert status["capacity"] == status["allocatable"] == {"cpu": "10", "memory": "100Gi", "pods": "110",
                                                             "ephemeral-storage": "100Gi"}
