@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from hack import conformance
 from hack.conformance import SKIPS, SMOKE, Results, focus_of, go_regex, report
 
 JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
@@ -69,3 +72,27 @@ def test_the_report_puts_targets_side_by_side_with_their_failures_and_skips(tmp_
     assert "- (none)" in host_failures
     assert "- [sig-network] Services should serve a basic endpoint from pods [Conformance]: service is not reachable" \
         in text.split("## Failures on dedicated")[1]
+
+
+def junit(**cases: str) -> str:
+    """A JUnit file of ``name=status`` (passed, failed or skipped)."""
+    body = {"passed": "", "failed": '<failure message="broke">broke</failure>', "skipped": '<skipped message="s"/>'}
+    rows = "".join(f'<testcase name="[It] {name}" time="1">{body[status]}</testcase>' for name, status in cases.items())
+    return f'<testsuites><testsuite name="Kubernetes e2e suite">{rows}</testsuite></testsuites>'
+
+
+def test_each_failed_rerun_replaces_what_it_ran_and_a_slices_by_design_case_is_a_skip(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(conformance, "OUT", tmp_path)
+    a, b, c = (f"[sig-node] {x} [Conformance]" for x in "abc")
+    by_design = "[sig-apps] Daemon set [Serial] should rollback without unnecessary restarts [Conformance]"
+    assert by_design in conformance.SLICE_BY_DESIGN
+    runs = {"": {a: "passed", b: "failed", c: "failed", by_design: "failed"},
+            "rerun-1": {b: "passed", c: "failed"}, "rerun-2": {c: "passed", b: "skipped"}}
+    for where, cases in runs.items():
+        (tmp_path / "slice" / where).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "slice" / where / "junit.xml").write_text(junit(**cases))
+    results = conformance.load("slice")
+    assert results is not None
+    assert {x.name: x.status for x in results.cases} == {a: "passed", b: "passed", c: "passed", by_design: "skipped"}
+    assert results.rerun == sorted([b, c]) and results.failed() == []
