@@ -122,10 +122,12 @@ def test_a_namespace_bound_to_a_node_pool_takes_only_nodes_of_that_pool(host: Ku
         wait_phase(host, ns, "pooled", "Completed")
         assert [n for n, v in claims(host).items() if v == f"{ns}.pooled"] == ["pool-in"]
         host.run("create", "-f", "-", input=json.dumps(vc("named", ns, {"promoteResources": {"nodes": ["pool-out"]}})))
-        wait_phase(host, ns, "named", "Pending")
-        message = host.json("get", "vc", "named", "-n", ns)["status"]["message"]
-        assert ("node pool-out is not among the nodes this namespace may take (kosmos.io/promotable-nodes: "
-                "pool=pooled)") in message
+        refused = ("node pool-out is not among the nodes this namespace may take (kosmos.io/promotable-nodes: "
+                   "pool=pooled)")
+        # Pending is also its phase while its control plane is built: the shortage is told once that is done
+        wait_until(lambda: refused in (host.json("get", "vc", "named", "-n", ns).get("status") or {}).get("message", ""),
+                   120, "the shortage told in the status", interval=1)
+        assert host.json("get", "vc", "named", "-n", ns)["status"]["phase"] == "Pending"
         assert claims(host)["pool-out"] == ""
     finally:
         host.run("delete", "vc", "--all", "-n", ns, "--wait", timeout=120)
