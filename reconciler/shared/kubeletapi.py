@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 KUBELET_CLIENT = "kube-apiserver-kubelet-client"  # the CN of the tenant apiserver's kubelet client certificate
 MAX_HEAD = 64 * 1024
 CHUNK = 64 * 1024
-LINGER = 30.0  # seconds a plain answer's connection waits for its caller to close it
 H2_STREAMS = 100  # concurrent HTTP/2 streams (logs) a tenant apiserver may open on one connection
 H2_IDLE = 300.0  # seconds an HTTP/2 connection without a stream stays open
 # The kubelet's query names (the tenant apiserver's) and the host API's, for exec and attach.
@@ -119,15 +118,12 @@ class KubeletApi:
             self._trusted.add(ca_pem)
 
     async def start(self) -> None:
-        self._h2 = web.Server(self._h2_request)
-        self._server = await asyncio.get_running_loop().create_server(self._connection, self.bind, self.port,
-                                                                      ssl=self._ssl)
+        h2 = self._h2 = web.Server(self._h2_request)
+        self._server = await asyncio.get_running_loop().create_server(lambda: _Negotiator(h2, self._serve),
+                                                                      self.bind, self.port, ssl=self._ssl)
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
         log.info("shared nodes' kubelet API listening on %s:%d", self.bind, self.port)
-
-    def _connection(self) -> asyncio.Protocol:
-        return _Negotiator(self)
 
     async def stop(self) -> None:
         if self._h2 is not None:
@@ -183,9 +179,9 @@ class KubeletApi:
             tenant = self._tenant_of(request.transport.get_extra_info("ssl_object").getpeercert(binary_form=True))
             if request.path == "/healthz":
                 return web.Response(text="ok")
-            method, path, ns, pod = host_request(request.method, str(request.rel_url), tenant.namespace)
-            if method != "GET" or not path.split("?", 1)[0].endswith("/log"):
+            if request.method != "GET" or not request.path.startswith("/containerLogs/"):
                 raise Refusal(400, f"{request.method} {request.path} upgrades: it is served over HTTP/1.1")
+            _, path, ns, pod = host_request(request.method, str(request.rel_url), tenant.namespace)
             await self._check_pod(tenant, ns, pod)
             chunks = self.host.stream(path)
             first = await anext(chunks, b"")  # a refusal comes before the answer starts
@@ -238,24 +234,10 @@ class KubeletApi:
             out.append("Content-Length: 0")
         upstream_w.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
         await upstream_w.drain()
-        if upgrade:
-            await asyncio.gather(_pipe(reader, upstream_w), _pipe(upstream_r, writer))
-            return
-        # A plain answer (a log) says Connection: close, and its caller may read it only later (a tenant
-        # apiserver first upgrades its own client to a WebSocket): closing at once can reset the connection
-        # under what it has not read yet. So the caller closes first, or LINGER runs out.
-        await _pipe(upstream_r, writer, close=False)
-        with contextlib.suppress(TimeoutError, ConnectionError, ssl.SSLError, OSError):
-            async with asyncio.timeout(LINGER):
-                while await reader.read(CHUNK):
-                    pass
-        _close(upstream_w)
-        _close(writer)
+        await asyncio.gather(_pipe(reader, upstream_w), _pipe(upstream_r, writer))
 
 
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, close: bool = True) -> None:
-    """Bytes from ``source`` to ``sink`` until ``source`` ends; then ``sink`` is half-closed where it can be,
-    else closed (unless ``close`` is False)."""
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
     try:
         while data := await source.read(CHUNK):
             sink.write(data)
@@ -263,35 +245,31 @@ async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, close:
     except (ConnectionError, ssl.SSLError, OSError):
         pass
     finally:
-        if close:
-            with contextlib.suppress(Exception):
-                if sink.can_write_eof():
-                    sink.write_eof()
-                else:
-                    sink.close()
+        with contextlib.suppress(Exception):
+            if sink.can_write_eof():
+                sink.write_eof()
+            else:
+                sink.close()
 
 
 class _Negotiator(asyncio.Protocol):
     """Hands a connection, once its TLS handshake is done, to HTTP/2 or to the HTTP/1.1 relay, as its client
     chose by ALPN."""
 
-    def __init__(self, api: KubeletApi) -> None:
-        self.api = api
+    def __init__(self, h2: web.Server, serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                                    Awaitable[None]]) -> None:
+        self.h2 = h2
+        self.serve = serve
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         ssl_object = transport.get_extra_info("ssl_object")
         protocol: asyncio.BaseProtocol
-        if ssl_object is not None and ssl_object.selected_alpn_protocol() == ALPN and self.api._h2 is not None:
-            protocol = Http2Connection(self.api._h2, H2_STREAMS, H2_IDLE)
+        if ssl_object is not None and ssl_object.selected_alpn_protocol() == ALPN:
+            protocol = Http2Connection(self.h2, H2_STREAMS, H2_IDLE)
         else:
-            protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=MAX_HEAD), self.api._serve)
+            protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=MAX_HEAD), self.serve)
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
-
-
-def _close(writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(Exception):
-        writer.close()
 
 
 async def _answer(writer: asyncio.StreamWriter, code: int, message: str) -> None:
