@@ -95,16 +95,17 @@ class NodeAddresses:
             return self.address, self.port()
         loop = asyncio.get_running_loop()
         async with self._lock:
-            if self._value is not None and loop.time() - self._at < self.ttl:
+            if self._at and loop.time() - self._at < self.ttl:  # found, or found wanting: looked at again later
                 return self._value
             self._at = loop.time()
+            selector = self.placement.selector.to_string()  # only the pool's nodes: a host may have thousands
             try:
                 port = await self._publish(Published(*self.service, self.address, self.port()))
-                nodes = (await self.host.get("/api/v1/nodes")).get("items") or []
+                listed = await self.host.get("/api/v1/nodes", **({"labelSelector": selector} if selector else {}))
             except (HostError, HostUnavailable) as e:  # the node keeps what it reports, and says Ready by itself
                 log.warning("publishing the shared nodes' kubelet API as host Service %s: %s", "/".join(self.service), e)
                 return self._value
-            address = pool_address(nodes, self.placement, self._value[0] if self._value else "")
+            address = pool_address(listed.get("items") or [], self.placement, self._value[0] if self._value else "")
             self._value = (address, port) if address and port else None
             return self._value
 
