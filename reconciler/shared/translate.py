@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
@@ -397,17 +398,21 @@ def _env_literal(pod: Obj, path: str) -> str | None:
     return None
 
 
+def _only(resources: Obj, keeps: Callable[[str, str], bool]) -> Obj:
+    """Resource requirements with the (section, resource) that ``keeps`` accepts; a section left empty goes."""
+    out = {k: v for k, v in resources.items() if k not in ("requests", "limits")}
+    for section in ("requests", "limits"):
+        kept = {r: q for r, q in (resources.get(section) or {}).items() if keeps(section, r)}
+        if kept:
+            out[section] = kept
+    return out
+
+
 def _host_resources(resources: Obj) -> Obj:
     """A container's resources as the host is asked for them: what a slice promises (cpu, memory, local
     storage, huge pages). Any other, such as an extended resource added to the virtual node's status, is the
     tenant's own accounting, which the host's nodes do not have."""
-    out = {k: v for k, v in resources.items() if k not in ("requests", "limits")}
-    for section in ("requests", "limits"):
-        kept = {r: q for r, q in (resources.get(section) or {}).items()
-                if r in HOST_RESOURCES or r.startswith("hugepages-")}
-        if kept:
-            out[section] = kept
-    return out
+    return _only(resources, lambda _, r: r in HOST_RESOURCES or r.startswith("hugepages-"))
 
 
 def _host_container(c: Obj, pod: Obj, links: list[Obj], dropped: set[str]) -> None:
@@ -550,9 +555,9 @@ def spec_changes(pod: Obj, host: Obj, network: TenantNetwork | None = None,
         ours = [c for c in mine.get(kind) or [] if c.get("name") in have]
         images = [{"name": c["name"], "image": c.get("image")} for c in ours
                   if c.get("image") != have[c["name"]].get("image")]
-        resized = [{"name": c["name"], "resources": _host_resources(c.get("resources") or {})} for c in ours
-                   if _resources_differ(_host_resources(c.get("resources") or {}),
-                                        have[c["name"]].get("resources") or {})]
+        asked = {c["name"]: _host_resources(c.get("resources") or {}) for c in ours}
+        resized = [{"name": name, "resources": wanted} for name, wanted in asked.items()
+                   if _resources_differ(wanted, have[name].get("resources") or {})]
         if images:
             changes.spec[kind] = images
         if resized:
@@ -599,18 +604,15 @@ def _tenant_resources(status: Obj, container: Obj) -> Obj:
     """A container status's resources as the tenant's kubelet would report them: only the resources the
     tenant's container states (the host's defaults for the rest, its LimitRange's requests, are the host's)."""
     wanted = container.get("resources") or {}
-    requests = set(wanted.get("requests") or {})
-    out = dict(status)
-    allocated = {r: q for r, q in (status.get("allocatedResources") or {}).items() if r in requests}
-    out.pop("allocatedResources", None)
+
+    def stated(section: str, resource: str) -> bool:
+        return resource in (wanted.get(section) or {})
+    out = {k: v for k, v in status.items() if k != "allocatedResources"}
+    allocated = _only({"requests": status.get("allocatedResources") or {}}, stated).get("requests")
     if allocated:
         out["allocatedResources"] = allocated
     if "resources" in status:
-        actual = {section: {r: q for r, q in (status["resources"].get(section) or {}).items()
-                            if r in (wanted.get(section) or {})}
-                  for section in ("requests", "limits")}
-        out["resources"] = {**{k: v for k, v in status["resources"].items() if k not in ("requests", "limits")},
-                            **{k: v for k, v in actual.items() if v}}
+        out["resources"] = _only(status["resources"], stated)
     return out
 
 
