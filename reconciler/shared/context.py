@@ -77,6 +77,14 @@ class SliceContext:
         except (HostError, HostUnavailable) as e:
             log.debug("event %s on %s/%s not recorded: %s", reason, meta["namespace"], meta["name"], e)
 
+    async def _tell_once(self, obj: Obj, reason: str, message: str, kind: str = "Pod") -> None:
+        """A refusal told on the tenant object as a Warning, once for each object and message (a pass that
+        meets it again says nothing new)."""
+        told = (obj["metadata"].get("uid", ""), message)
+        if told not in self._told:
+            self._told.add(told)
+            await self._tenant_event(obj, "Warning", reason, message, kind=kind)
+
     async def _delete(self, path: str, name: str) -> None:
         """A host object gone (already gone is done)."""
         try:

@@ -78,11 +78,8 @@ class Services(SliceContext):
                 self._wake.set()  # made or changed meanwhile: look again
                 return
             self._again = True
-            message = f"the host cannot carry this Service from the shared slice: {e.message}"
-            told = (svc["metadata"].get("uid", ""), message)
-            if told not in self._told:
-                self._told.add(told)
-                await self._tenant_event(svc, "Warning", "HostServiceRefused", message, kind="Service")
+            await self._tell_once(svc, "HostServiceRefused",
+                                  f"the host cannot carry this Service from the shared slice: {e.message}", kind="Service")
 
     async def _endpointslice(self, want: Obj, have: Obj | None) -> None:
         path = ENDPOINTSLICE_PATH.format(self.namespace)

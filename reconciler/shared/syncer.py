@@ -113,7 +113,7 @@ class SliceSyncer(Copies, Volumes, Services):
         self._host: tuple[bool, str, str] = (False, self.report.reason, self.report.message)
         self._beat = asyncio.Event()
         self._seen_events: set[str] = set()
-        self._told: set[tuple[str, str]] = set()  # (tenant Service uid, message) of refusals already told
+        self._told: set[tuple[str, str]] = set()  # (tenant object uid, message) of refusals already told
         self._driver_made = False
         self._again = False  # something was refused this pass: the next comes after RETRY, not SCAN_PERIOD
         self._started_at = now_rfc3339()
@@ -453,11 +453,7 @@ class SliceSyncer(Copies, Volumes, Services):
                     return
                 if e.code not in (400, 403, 422):
                     raise
-                message = f"the host refused the change of the pod: {e.message}"
-                told = (pod["metadata"].get("uid", ""), message)
-                if told not in self._told:
-                    self._told.add(told)
-                    await self._tenant_event(pod, "Warning", "HostRefusedChange", message)
+                await self._tell_once(pod, "HostRefusedChange", f"the host refused the change of the pod: {e.message}")
         await self._status_up(pod, host, caught_up=False)
 
     async def _status_up(self, pod: Obj, host: Obj, caught_up: bool = True) -> None:
