@@ -65,7 +65,8 @@ class Options:
 
     def config(self) -> Config:
         """The server's config, told how long the configured runtime takes to wake a control plane."""
-        return self.server.config(wake_estimate=self.reconciler.wake_estimate())
+        return self.server.config(wake_estimate=self.reconciler.wake_estimate(),
+                                  kubernetes_versions=self.reconciler.kubernetes_versions())
 
 
 def wire_reconciler(server: Server, config: ReconcilerConfig) -> None:
@@ -82,7 +83,8 @@ def wire_reconciler(server: Server, config: ReconcilerConfig) -> None:
            lease_duration=config.lease_duration, identity=config.identity, workers=config.workers,
            joiner=config.new_joiner(server.host, server.secrets),
            slices=replace(config.slices, tls=(serving.cert_file, serving.key_file)),
-           credentials=server.credentials, rotation_overlap=config.runtime.rotation_overlap)
+           credentials=server.credentials, rotation_overlap=config.runtime.rotation_overlap,
+           kubernetes_versions=config.runtime.kubernetes_versions)
 
 
 async def serve(completed: CompletedConfig, reconciler: ReconcilerConfig | None) -> None:

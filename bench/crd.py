@@ -31,6 +31,7 @@ COLUMN_PATHS = {
     "Phase": ".status.phase",
     "Ready": '.status.conditions[?(@.type=="Ready")].status',
     "Nodes": ".spec.promotePolicies[*].nodeCount",
+    "Version": ".status.kubernetesVersion",
     "Age": ".metadata.creationTimestamp",
     "Endpoint": ".status.controlPlaneEndpoint",
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Builds etcd, etcdctl and etcdutl (restores tenants from snapshots), kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,
+# the control plane of each other Kubernetes version tenants may run (KUBERNETES_VERSIONS),
 # and the node binaries kubelet, kube-proxy and CoreDNS (with kube-log-runner, the images' go-runner),
 # and local-path-provisioner (the real-node lab's storage),
 # and Kubernetes' own end-to-end suite at the same version: e2e.test, ginkgo to run it in parallel,
@@ -68,6 +69,7 @@ build_etcd() {
 # The Kubernetes binaries and the package each is built from (kube-log-runner is go-runner, the
 # entrypoint of upstream's kube-* images: its source lives in component-base).
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kube-log-runner)
+control_plane_bins=(kube-apiserver kube-controller-manager kube-scheduler kube-log-runner)
 k8s_pkg() {
   case $1 in
     kube-log-runner) echo k8s.io/component-base/logs/kube-log-runner;;
@@ -75,26 +77,30 @@ k8s_pkg() {
   esac
 }
 
+# Builds the Kubernetes binaries of version $1 that are missing in $cache/kubernetes-$1 (the rest of the
+# arguments, default all of k8s_bins), from a wrapper module that requires k8s.io/kubernetes at that version.
 build_kubernetes() {
-  local bins=() b
-  for b in "${k8s_bins[@]}"; do [ -x "$k8s_dir/$b" ] || bins+=("$b"); done
+  local version=$1; shift
+  local dir="$cache/kubernetes-$version" want=("$@") bins=() b
+  [ ${#want[@]} = 0 ] && want=("${k8s_bins[@]}")
+  for b in "${want[@]}"; do [ -x "$dir/$b" ] || bins+=("$b"); done
   [ ${#bins[@]} = 0 ] && return 0
-  echo "build-bins: building kubernetes $KUBERNETES_VERSION (${bins[*]})"
-  check_proxy k8s.io/kubernetes "$KUBERNETES_VERSION"
+  echo "build-bins: building kubernetes $version (${bins[*]})"
+  check_proxy k8s.io/kubernetes "$version"
   local gomod
-  gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  [ -f "$gomod" ] || die "no go.mod for k8s.io/kubernetes@$KUBERNETES_VERSION"
-  local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
-  local patch=${KUBERNETES_VERSION##*.}
+  gomod=$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -f "$gomod" ] || die "no go.mod for k8s.io/kubernetes@$version"
+  local minor=${version#v1.}; minor=${minor%%.*}
+  local patch=${version##*.}
   local staging="v0.$minor.$patch"
-  local w="$k8s_dir/src"; rm -rf "$w"; mkdir -p "$w"
+  local w="$dir/src"; rm -rf "$w"; mkdir -p "$w"
   {
     echo "module vcapiserver.local/k8swrapper"
     echo
     grep -E '^go [0-9]' "$gomod"
     grep -E '^godebug ' "$gomod" || true
     echo
-    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    echo "require k8s.io/kubernetes $version"
     echo
     echo "replace ("
     sed -n 's#^[[:space:]]*\(k8s.io/[^[:space:]]*\) => ./staging/.*#\t\1 => \1 '"$staging"'#p' "$gomod"
@@ -102,17 +108,17 @@ build_kubernetes() {
   } >"$w/go.mod"
   local ldflags="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ldflags+=" -X $p.gitVersion=$version -X $p.gitMajor=1 -X $p.gitMinor=$minor"
     ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
   local pkgs=()
   for b in "${bins[@]}"; do pkgs+=("$(k8s_pkg "$b")"); done
-  mkdir -p "$k8s_dir/out"
-  (cd "$w" && go build -trimpath -ldflags="$ldflags" -o "$k8s_dir/out/" "${pkgs[@]}") ||
-    die "building kubernetes $KUBERNETES_VERSION (${bins[*]}) failed"
+  mkdir -p "$dir/out"
+  (cd "$w" && go build -trimpath -ldflags="$ldflags" -o "$dir/out/" "${pkgs[@]}") ||
+    die "building kubernetes $version (${bins[*]}) failed"
   for b in "${bins[@]}"; do
-    [ -x "$k8s_dir/out/$b" ] || die "go build made no $b"
-    mv "$k8s_dir/out/$b" "$k8s_dir/$b"
+    [ -x "$dir/out/$b" ] || die "go build made no $b"
+    mv "$dir/out/$b" "$dir/$b"
   done
 }
 
@@ -185,7 +191,11 @@ build_local_path_provisioner() {
 mkdir -p "$cache"
 build_etcd
 build_kwok
-build_kubernetes
+build_kubernetes "$KUBERNETES_VERSION"
+# The other versions tenants may run: their control plane (and go-runner, for their images).
+for v in ${KUBERNETES_VERSIONS//,/ }; do
+  [ "$v" = "$KUBERNETES_VERSION" ] || build_kubernetes "$v" "${control_plane_bins[@]}"
+done
 build_e2e
 build_coredns
 build_local_path_provisioner
@@ -196,5 +206,7 @@ link "$etcd_dir/etcdutl"
 link "$kwok_dir/kwok"
 link "$coredns_dir/coredns"
 link "$lpp_dir/local-path-provisioner"
+# Each version a tenant may run, as a directory of its own (the process runtime starts a tenant's from there).
+for v in ${KUBERNETES_VERSIONS//,/ }; do link "$cache/kubernetes-$v"; done
 for b in "${k8s_bins[@]}" e2e.test ginkgo agnhost nonewprivs sample-apiserver; do link "$k8s_dir/$b"; done
 echo "build-bins: ready in $links: $(ls "$links" | tr '\n' ' ')"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from apiserver.apis.kubeversion import Offered
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.etcd.client import EtcdClient
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
@@ -33,6 +34,7 @@ from reconciler.runtime.process import ProcessRuntime
 from reconciler.shared.kubeletapi import KubeletApi
 from reconciler.shared.ranges import ServiceRanges
 from reconciler.shared.slices import SharedSlices
+from reconciler.versions import KUBERNETES_VERSIONS
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,8 @@ class Manager:
                  events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
                  identity: str, lease_duration: int, workers: int = 4, resync_period: float = 60.0,
                  joiner: NodeJoiner | None = None, slices: SliceConfig | None = None,
-                 credentials: Registry | None = None, rotation_overlap: float = DEFAULT_OVERLAP) -> None:
+                 credentials: Registry | None = None, rotation_overlap: float = DEFAULT_OVERLAP,
+                 kubernetes_versions: tuple[str, ...] = KUBERNETES_VERSIONS) -> None:
         self.registry = registry
         self.cache = cache
         self.workers = workers
@@ -69,7 +72,8 @@ class Manager:
             self.slices.serve_kubelet_api(self.kubelet_api, slices.kubelet_address, slices.kubelet_service)
         ranges = ServiceRanges(host, slices.service_ranges) if host is not None else None
         self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes,
-                                                 self.slices, host, credentials, Rotations(rotation_overlap), ranges)
+                                                 self.slices, host, credentials, Rotations(rotation_overlap), ranges,
+                                                 Offered.of(kubernetes_versions))
         self.quota = QuotaRecount(host, registry) if host is not None else None
         self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
@@ -191,12 +195,14 @@ def attach(app: web.Application, *, registry: Registry, cache: WatchCache, etcd:
            events: EventRecorder, secrets: SecretStore | None, runtime: ControlPlaneRuntime | None,
            lease_duration: int = 15, identity: str = "", workers: int = 4,
            joiner: NodeJoiner | None = None, slices: SliceConfig | None = None,
-           credentials: Registry | None = None, rotation_overlap: float = DEFAULT_OVERLAP) -> Manager:
+           credentials: Registry | None = None, rotation_overlap: float = DEFAULT_OVERLAP,
+           kubernetes_versions: tuple[str, ...] = KUBERNETES_VERSIONS) -> Manager:
     """A manager that starts with the application and stops first when it shuts down."""
     manager = Manager(registry=registry, cache=cache, etcd=etcd, host=host, events=events, secrets=secrets,
                       runtime=runtime, identity=identity or f"{socket.gethostname()}:{os.getpid()}",
                       lease_duration=lease_duration, workers=workers, joiner=joiner,
-                      slices=slices, credentials=credentials, rotation_overlap=rotation_overlap)
+                      slices=slices, credentials=credentials, rotation_overlap=rotation_overlap,
+                      kubernetes_versions=kubernetes_versions)
 
     async def on_startup(_: web.Application) -> None:
         await manager.start()

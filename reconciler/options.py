@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from apiserver import IMAGE
+from apiserver.apis.kubeversion import Offered
 from apiserver.machinery.optiongroups import OptionSet
 from apiserver.machinery.validation import dns1123_label_errors
+from reconciler import versions
 from reconciler.shared.placement import Placement, PlacementError
 from reconciler.shared.ranges import DEFAULT_POOL, DEFAULT_PREFIX, Pool
 
@@ -76,6 +78,7 @@ class RuntimeConfig:
     authorization_url: str = ""  # where tenant apiservers reach this server; "": its loopback (process runtime)
     authorization_ca_file: str = ""  # what verifies it there; "": the serving certificate
     rotation_overlap: float = 3600.0  # seconds a rotated-out service-account key still verifies
+    kubernetes_versions: tuple[str, ...] = (versions.KUBERNETES_VERSION,)  # what tenants may run, newest first
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class RuntimeOptions:
     tenant_authorization_url: str
     tenant_authorization_ca_file: str
     service_account_key_rotation_overlap: int
+    kubernetes_versions: str
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
@@ -129,11 +133,28 @@ class RuntimeOptions:
                        help="seconds a tenant's old service-account key still verifies after the new one signs, "
                             "before a rotation asked to complete drops it: kubelets refresh the tokens they hold at "
                             "80%% of their hour, so by then no pod presents one of the old key")
+        p.add_argument("--kubernetes-versions", default=versions.VERSIONS["KUBERNETES_VERSIONS"],
+                       help="comma-separated Kubernetes versions tenants may run (spec.kubernetesVersion); the newest "
+                            "is the default. The process runtime starts version V from <--runtime-bin-dir>/"
+                            "kubernetes-V, the pods runtime from registry.k8s.io's images tagged V")
 
     def validate(self) -> list[str]:
+        problems = []
         if self.service_account_key_rotation_overlap < 0:
-            return ["--service-account-key-rotation-overlap must be 0 or more seconds"]
-        return []
+            problems.append("--service-account-key-rotation-overlap must be 0 or more seconds")
+        try:
+            Offered.of(self.versions())
+        except ValueError as e:
+            problems.append(f"--kubernetes-versions: {e}")
+        return problems
+
+    def versions(self) -> tuple[str, ...]:
+        """``--kubernetes-versions``, newest first."""
+        values = [v.strip() for v in self.kubernetes_versions.split(",") if v.strip()]
+        try:
+            return tuple(str(v) for v in Offered.of(values).versions)
+        except ValueError:
+            return tuple(values)
 
     def to_config(self) -> RuntimeConfig:
         return RuntimeConfig(kind=self.control_plane_runtime, runtime_dir=self.runtime_dir,
@@ -141,7 +162,8 @@ class RuntimeOptions:
                              tuning=self.tenant_tuning, gogc=self.tenant_gogc,
                              authorization_url=self.tenant_authorization_url,
                              authorization_ca_file=self.tenant_authorization_ca_file,
-                             rotation_overlap=float(self.service_account_key_rotation_overlap))
+                             rotation_overlap=float(self.service_account_key_rotation_overlap),
+                             kubernetes_versions=self.versions())
 
     def wake_estimate(self) -> int:
         """Seconds a hibernated control plane of this runtime usually takes to be ready again (what the
@@ -448,6 +470,9 @@ class ReconcilerOptions(OptionSet):
 
     def wake_estimate(self) -> int:
         return self.runtime.wake_estimate()
+
+    def kubernetes_versions(self) -> tuple[str, ...]:
+        return self.runtime.versions()
 
     def config(self) -> ReconcilerConfig | None:
         """The loop's config; None when ``--enable-reconciler=false``."""

@@ -28,6 +28,8 @@ def parse(text: str) -> dict[str, str]:
 
 VERSIONS = parse(ENV_FILE.read_text())
 KUBERNETES_VERSION = VERSIONS["KUBERNETES_VERSION"]
+# What tenants may run, newest first (vc-apiserver's --kubernetes-versions default).
+KUBERNETES_VERSIONS = tuple(VERSIONS["KUBERNETES_VERSIONS"].split(","))
 ETCD_VERSION = VERSIONS["ETCD_VERSION"]
 COREDNS_VERSION = VERSIONS["COREDNS_VERSION"]
 PAUSE_VERSION = VERSIONS["PAUSE_VERSION"]

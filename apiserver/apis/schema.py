@@ -22,6 +22,7 @@ from typing import Any
 
 from marshmallow import ValidationError, validates_schema
 
+from apiserver.apis import kubeversion
 from apiserver.apis.resource import VIRTUALCLUSTERS
 from apiserver.apis.sharedslice import DEFAULT_MODE, RESOURCES_MODES
 from apiserver.machinery import cron
@@ -67,8 +68,10 @@ from apiserver.machinery.validation import (
 
 DEFINITION_PREFIX = "io.kosmos.v1alpha1"
 
-PHASES = ("Pending", "Preparing", "Initialized", "Completed", "Updating", "Hibernating", "Hibernated", "Waking",
-          "Deleting")
+PHASES = ("Pending", "Preparing", "Initialized", "Completed", "Updating", "Upgrading", "Hibernating", "Hibernated",
+          "Waking", "Deleting")
+UPGRADE_STATES = ("InProgress", "Succeeded", "RolledBack")
+BACKUP_REASONS = ("Scheduled", "PreUpgrade")
 NODE_PHASES = ("Claimed", "Joining", "Ready", "Releasing", "NotReady")
 CONDITION_STATUSES = ("True", "False", "Unknown")
 SERVICE_TYPES = ("nodePort", "hostNetwork")
@@ -199,6 +202,11 @@ class HibernationSchema(KubeSchema):
                         "inactivity wakes it (the fetch answers 409 Conflict while it wakes).", default=True)
 
 
+def kubernetes_version_errors(value: str) -> list[str]:
+    """The CRD pattern's message; whether the server offers the version is asked at admission."""
+    return [] if kubeversion.parse(value) is not None else [f"should match '{kubeversion.PATTERN}'"]
+
+
 def schedule_errors(value: str) -> list[str]:
     """A CronJob's schedule rules (robfig/cron's standard parser, its messages)."""
     try:
@@ -296,13 +304,19 @@ class VirtualClusterSpecSchema(KubeSchema):
     backup = Obj(BackupSchema, "Scheduled, verified snapshots of the tenant's etcd.")
     restoreFrom = Obj(RestoreFromSchema, "Start the control plane from a snapshot of a VirtualCluster in this "
                       "namespace instead of from nothing. Set on create only: immutable.")
+    kubernetesVersion = Str("The Kubernetes version the control plane runs: a version the server offers "
+                            "(v1.35.4), or a minor (1.34) for its newest patch there. Unset on create: the server's "
+                            "newest, written here. Changing it upgrades the cluster in place, one minor at a time "
+                            "(a snapshot is taken first, and a failed upgrade rolls back by itself); a minor below "
+                            "what the data was written with is refused.", validate=Check(kubernetes_version_errors))
 
 
 class ConditionSchema(KubeSchema):
     OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterCondition"
     DESCRIPTION = "One aspect of a VirtualCluster's state, as seen at a given generation."
 
-    type = Str("Type of condition: ControlPlaneReady, NodesReady, Ready or Hibernated.", required=True,
+    type = Str("Type of condition: ControlPlaneReady, NodesReady, Ready, and Hibernated or Upgraded where those "
+               "were used.", required=True,
                validate=Check(qualified_name_errors))
     status = Str("Status of the condition: True, False or Unknown.", required=True,
                  validate=OneOf(CONDITION_STATUSES))
@@ -351,6 +365,25 @@ class BackupStatusSchema(KubeSchema):
     sizeBytes = Int("Size of the snapshot file in bytes.", format="int64", validate=Range(min=0))
     verified = Bool("Whether the snapshot passed verification: etcd's SHA-256 of the data matches, and the data "
                     "is a well-formed etcd database.")
+    reason = Str("Why it was taken: Scheduled (spec.backup) or PreUpgrade (before an upgrade's first component "
+                 "changed; kept until the next upgrade).", validate=OneOf(BACKUP_REASONS))
+
+
+class UpgradeStatusSchema(KubeSchema):
+    OPENAPI_NAME = f"{DEFINITION_PREFIX}.VirtualClusterUpgrade"
+    DESCRIPTION = "The last upgrade of the control plane's Kubernetes version."
+
+    fromVersion = Str("The version the control plane ran before.")
+    toVersion = Str("The version it was upgraded to.")
+    state = Str("InProgress, Succeeded, or RolledBack (the control plane is back on fromVersion; the spec is not "
+                "tried again until it changes).", validate=OneOf(UPGRADE_STATES))
+    snapshot = Str("The snapshot taken before the first component changed (status.backups, reason PreUpgrade).")
+    startTime = Time("When the upgrade started.")
+    completionTime = Time("When it succeeded or was rolled back.")
+    durationSeconds = Int("How long it took, in seconds.", validate=Range(min=0))
+    observedGeneration = Int("The metadata.generation whose spec.kubernetesVersion this upgrade is for.",
+                             format="int64", validate=Range(min=0))
+    message = Str("What happened, and for a rollback why.")
 
 
 class RotationStatusSchema(KubeSchema):
@@ -400,7 +433,10 @@ class VirtualClusterStatusSchema(KubeSchema):
                        "where hibernation is used; `kubectl wait --for=condition=Ready` waits on Ready.",
                        validate=Unique(lambda c: c.get("type"), "type"))
     controlPlaneEndpoint = Str("URL (https://host:port) of the tenant kube-apiserver.")
-    kubernetesVersion = Str("The Kubernetes version the cluster's apiserver reports (imported clusters).")
+    kubernetesVersion = Str("The Kubernetes version the control plane runs (for an imported cluster, what its "
+                            "apiserver reports); during an upgrade, the version being left until it succeeds.")
+    upgrade = Obj(UpgradeStatusSchema, "The last upgrade of spec.kubernetesVersion: in progress, done or rolled "
+                  "back.")
     port = Int("Port of the tenant kube-apiserver.", validate=Range(1, 65535))
     nodes = Array(Obj(NodeStatusSchema), "Host nodes promoted into the virtual cluster and their phases, and the "
                   "virtual node of a shared slice (shared: true).",

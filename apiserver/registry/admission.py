@@ -12,11 +12,15 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from apiserver.apis import kubeversion
 from apiserver.apis.compute import named_nodes
+from apiserver.apis.kubeversion import Offered
 from apiserver.apis.quota import PROMOTED_NODES, usage
 from apiserver.apis.resource import ResourceInfo
+from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.auth.authn import Attributes, Authorizer, UserInfo, forbidden_message
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
+from apiserver.kubeclient.imported import import_ref
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj
 
@@ -146,3 +150,65 @@ class PromoteAuthorization:
         allowed, reason = await self.authorizer.authorize(user, attrs)
         if not allowed:
             raise request.forbidden(forbidden_message(user, attrs, reason))
+
+
+class KubernetesVersionAdmission:
+    """``spec.kubernetesVersion`` (:mod:`apiserver.apis.kubeversion`): a new cluster without one gets the server's
+    newest, an update that drops it keeps the one stored (an apply or replace that does not name the field
+    upgrades nothing). Refused with 422: a version the server does not offer, a skipped minor or a minor
+    downgrade of a running cluster, and a version older than the kubelet of a node promoted into it (those
+    ``status.nodes`` lists, and those the spec names, read from the host)."""
+
+    def __init__(self, offered: Offered, host: KubeClient | None) -> None:
+        self.offered = offered
+        self.host = host
+
+    async def admit(self, request: AdmissionRequest) -> None:
+        spec, old = request.obj.get("spec"), request.old
+        if not isinstance(spec, dict) or import_ref(request.obj) is not None:
+            return
+        old_spec = (old or {}).get("spec") or {}
+        if not spec.get(kubeversion.FIELD_NAME):
+            if old is None:
+                spec[kubeversion.FIELD_NAME] = str(self.offered.newest)
+            elif old_spec.get(kubeversion.FIELD_NAME):
+                spec[kubeversion.FIELD_NAME] = old_spec[kubeversion.FIELD_NAME]
+                if spec == old_spec:  # nothing else changed: no new generation for a field kept
+                    request.obj["metadata"]["generation"] = old["metadata"].get("generation", 1)
+            else:
+                return
+        value = spec[kubeversion.FIELD_NAME]
+        if old is not None and value == old_spec.get(kubeversion.FIELD_NAME):
+            return
+        running = VirtualCluster(old).status.raw.get("kubernetesVersion") if old is not None else None
+        if old is not None and not running:
+            resolved = self.offered.resolve(old_spec.get(kubeversion.FIELD_NAME))
+            running = str(resolved) if resolved is not None else None
+        causes = kubeversion.move_errors(self.offered, value, running)
+        target = self.offered.resolve(value)
+        if not causes and target is not None:
+            causes = kubeversion.kubelet_errors(target, await self._kubelets(request))
+        if causes:
+            raise errors.invalid(request.info.kind, request.info.group, request.name, causes)
+
+    async def _kubelets(self, request: AdmissionRequest) -> dict[str, str]:
+        """Node name to kubelet version, for the host nodes promoted into the cluster or named by its spec."""
+        names = set(named_nodes(request.obj.get("spec") or {}))
+        if request.old is not None:
+            names |= {str(n.get("name")) for n in VirtualCluster(request.old).status.promoted_nodes}
+        if not names or self.host is None:
+            return {}
+        kubelets = {}
+        for name in sorted(names):
+            try:
+                node = await self.host.get(f"/api/v1/nodes/{name}")
+            except HostError as e:
+                if e.code == 404:
+                    continue
+                raise errors.internal(f"reading node {name}: {e.message}") from None
+            except HostUnavailable:
+                raise errors.service_unavailable(f"cannot read node {name} on the host right now") from None
+            version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
+            if isinstance(version, str):
+                kubelets[name] = version
+        return kubelets

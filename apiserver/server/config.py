@@ -104,6 +104,7 @@ class Config:
     host: HostConfig
     limits: LimitsConfig
     kubeconfig: KubeconfigConfig
+    kubernetes_versions: tuple[str, ...]  # what tenants may run, newest first
 
     def complete(self, *, in_cluster: bool | None = None) -> CompletedConfig:
         """Fills what the flags leave to other flags and to where the process runs (``in_cluster``: in a

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
+from apiserver.apis.kubeversion import Offered
 from apiserver.apis.resource import VIRTUALCLUSTERCREDENTIALS, VIRTUALCLUSTERS
 from apiserver.auth.authn import (
     AlwaysAllowAuthorizer,
@@ -30,6 +31,7 @@ from apiserver.kubeclient.client import KubeClient
 from apiserver.kubeclient.events import EventRecorder
 from apiserver.registry.admission import (
     Admission,
+    KubernetesVersionAdmission,
     NamespaceLifecycle,
     PromoteAuthorization,
     RestoreAuthorization,
@@ -86,7 +88,8 @@ def new_server(config: CompletedConfig) -> Server:
         endpoints=list(config.etcd.servers), cafile=config.etcd.cafile, certfile=config.etcd.certfile,
         keyfile=config.etcd.keyfile, request_timeout=config.etcd.request_timeout), observe=metrics.observe_etcd)
     admission: list[Admission] = [NamespaceLifecycle(host)] if host is not None else []
-    admission += [RestoreAuthorization(authorizer), PromoteAuthorization(authorizer)]
+    admission += [RestoreAuthorization(authorizer), PromoteAuthorization(authorizer),
+                  KubernetesVersionAdmission(Offered.of(config.kubernetes_versions), host)]
     if host is not None:  # last, as kube's ResourceQuota: only what every other plugin admitted is charged
         admission.append(QuotaAdmission(host))
     key_file = config.etcd.encryption_key_file

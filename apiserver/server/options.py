@@ -326,11 +326,12 @@ class ServerOptions(OptionSet):
     limits: LimitsOptions
     kubeconfig: KubeconfigOptions
 
-    def config(self, *, wake_estimate: int) -> Config:
+    def config(self, *, wake_estimate: int, kubernetes_versions: tuple[str, ...]) -> Config:
         """The frozen config the flags say. ``wake_estimate`` is what the composition root knows of the
         control-plane runtime: the seconds a hibernated control plane takes to wake, which the
-        ``kubeconfig`` subresource tells whoever wakes one."""
+        ``kubeconfig`` subresource tells whoever wakes one; and the Kubernetes versions tenants may run, newest
+        first (admission checks ``spec.kubernetesVersion`` against them)."""
         return Config(serving=self.serving.to_config(), etcd=self.etcd.to_config(),
                       authentication=self.authentication.to_config(), authorization=self.authorization.to_config(),
                       host=self.host.to_config(), limits=self.limits.to_config(),
-                      kubeconfig=self.kubeconfig.to_config(wake_estimate))
+                      kubeconfig=self.kubeconfig.to_config(wake_estimate), kubernetes_versions=kubernetes_versions)

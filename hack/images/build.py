@@ -60,8 +60,10 @@ def run(cmd: list[str], what: str, **kw: Any) -> subprocess.CompletedProcess[str
     return proc
 
 
-def binary(name: str) -> Path:
-    path = BIN / name
+def binary(name: str, version: str = versions.KUBERNETES_VERSION) -> Path:
+    """A binary ``make bins`` built; a Kubernetes control-plane binary of another offered ``version`` from its own
+    directory."""
+    path = BIN / name if version == versions.KUBERNETES_VERSION else BIN / f"kubernetes-{version}" / name
     if not path.exists():
         raise BuildError(f"{path} is missing: run `make bins` (hack/build-bins.sh) first")
     return path.resolve()
@@ -135,27 +137,30 @@ def base_files(tree: oci.Tree) -> oci.Tree:
     return tree
 
 
-def go_runner_layer() -> tuple[str, oci.Tree]:
+def go_runner_layer(version: str = versions.KUBERNETES_VERSION) -> tuple[str, oci.Tree]:
     """Upstream's kube-* images are go-runner images: /go-runner as the entrypoint (kube-log-runner,
     "formerly known as go-runner", built with the Kubernetes binaries) on a distroless static root."""
-    tree = base_files(oci.Tree()).file("go-runner", source=binary("kube-log-runner"), mode=0o755)
+    tree = base_files(oci.Tree()).file("go-runner", source=binary("kube-log-runner", version), mode=0o755)
     return "base files + /go-runner (kube-log-runner)", tree
 
 
-def static_binary_inputs(*names: str) -> Callable[[Context], Any]:
+def static_binary_inputs(*names: str, version: str = versions.KUBERNETES_VERSION) -> Callable[[Context], Any]:
     def inputs(ctx: Context) -> Any:
-        return {n: sha256_file(binary(n)) for n in names}
+        return {n: sha256_file(binary(n, version)) for n in names}
     return inputs
 
 
-def kube_image(component: str) -> Recipe:
+def kube_image(component: str, version: str = versions.KUBERNETES_VERSION) -> Recipe:
+    """A control-plane component's image at ``version`` (each version tenants may run has its own)."""
     def layers(ctx: Context, work: Path) -> Layers:
         caps = {"security.capability": oci.file_capability(oci.CAP_NET_BIND_SERVICE)} \
             if component == "kube-apiserver" else None  # upstream: setcap cap_net_bind_service=+ep
-        tree = oci.Tree().file(f"usr/local/bin/{component}", source=binary(component), mode=0o755, xattrs=caps)
-        return [go_runner_layer(), (f"COPY {component} /usr/local/bin/{component}", tree)]
-    return Recipe(component, f"registry.k8s.io/{component}:{versions.KUBERNETES_VERSION}",
-                  static_binary_inputs(component, "kube-log-runner"), layers,
+        tree = oci.Tree().file(f"usr/local/bin/{component}", source=binary(component, version), mode=0o755,
+                               xattrs=caps)
+        return [go_runner_layer(version), (f"COPY {component} /usr/local/bin/{component}", tree)]
+    name = component if version == versions.KUBERNETES_VERSION else f"{component}-{version}"
+    return Recipe(name, f"registry.k8s.io/{component}:{version}",
+                  static_binary_inputs(component, "kube-log-runner", version=version), layers,
                   {"Env": [f"PATH={PATH}"], "Entrypoint": ["/go-runner"], "WorkingDir": "/"})
 
 
@@ -446,8 +451,8 @@ def vc_apiserver() -> Recipe:
 
 
 def recipes() -> list[Recipe]:
-    return [pause(), busybox(), etcd(), *(kube_image(c) for c in ("kube-apiserver", "kube-controller-manager",
-                                                                   "kube-scheduler")),
+    return [pause(), busybox(), etcd(), *(kube_image(c, v) for v in versions.KUBERNETES_VERSIONS
+                                          for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")),
             kube_proxy(), coredns(), local_path_provisioner(), kubectl(), vc_apiserver()]
 
 

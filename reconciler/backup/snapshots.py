@@ -100,7 +100,11 @@ class Snapshot:
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "time": self.time, "revision": self.revision, "sizeBytes": self.size,
-                "verified": not self.problem}
+                "verified": not self.problem,
+                "reason": "PreUpgrade" if self.name.endswith(f"-{PRE_UPGRADE}") else "Scheduled"}
+
+
+PRE_UPGRADE = "preupgrade"  # the suffix of a snapshot taken before an upgrade (its reason: PreUpgrade)
 
 
 def retained(snapshots: list[Snapshot], keep: int) -> list[Snapshot]:

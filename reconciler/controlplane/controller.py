@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from apiserver.apis import hibernation as sleep
 from apiserver.apis.credential import CLUSTER_LABEL, ISSUER_LABEL
+from apiserver.apis.kubeversion import Offered
 from apiserver.apis.resource import CONTROL_PLANE_READY, FINALIZER, NODES_READY
 from apiserver.apis.virtualcluster import VirtualCluster
 from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
@@ -25,24 +27,31 @@ from apiserver.kubeclient.imported import ImportError_, import_ref, reach
 from apiserver.machinery import errors
 from apiserver.machinery.jsonutil import Obj, merge_patch
 from apiserver.machinery.selectors import parse_label_selector
-from apiserver.machinery.timefmt import now_rfc3339
+from apiserver.machinery.timefmt import now_rfc3339, parse_rfc3339
 from apiserver.registry.rest import DeleteOptions, ListOptions, WriteOptions
 from apiserver.registry.store import Registry
 from apiserver.storage.secrets import PKI_KIND, SecretStore, load_pki
 from certs import tenant as tenantpki
 from certs.tenant import TenantPki
-from reconciler.controlplane import backups, status
+from reconciler.controlplane import backups, status, upgrades
 from reconciler.controlplane.addons import AddonInstaller
 from reconciler.controlplane.inactivity import Hibernation, InactivityClock
 from reconciler.controlplane.rotation import Rotating, Rotations
 from reconciler.controlplane.status import Observed, Outcome, Stopping
 from reconciler.controlplane.tenant import bootstrap_tenant
 from reconciler.nodes.promoter import NodePromoter, NodeReport
-from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneRuntime, ControlPlaneState, RuntimeFailure
+from reconciler.runtime.base import (
+    FIELD_MANAGER,
+    ControlPlaneRuntime,
+    ControlPlaneState,
+    RuntimeFailure,
+    UpgradeOutcome,
+)
 from reconciler.shared.ranges import NoRange, ServiceRanges, first_address
 from reconciler.shared.slices import SharedSlices
 from reconciler.shared.syncer import SliceReport
 from reconciler.tenantapi import admin_client
+from reconciler.versions import KUBERNETES_VERSIONS
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +77,7 @@ class ControlPlaneController:
                  events: EventRecorder, nodes: NodePromoter | None = None,
                  slices: SharedSlices | None = None, host: KubeClient | None = None,
                  credentials: Registry | None = None, rotations: Rotations | None = None,
-                 ranges: ServiceRanges | None = None) -> None:
+                 ranges: ServiceRanges | None = None, versions: Offered | None = None) -> None:
         self.registry = registry
         self.credentials = credentials  # the issued credentials (a client CA rotation's end deletes the dead)
         self.rotations = rotations or Rotations()
@@ -79,6 +88,7 @@ class ControlPlaneController:
         self.secrets = secrets
         self.events = events
         self.ranges = ranges  # Services ranges of their own, for tenants made with a shared slice
+        self.versions = versions or Offered.of(KUBERNETES_VERSIONS)  # what tenants may run
         self.addons = AddonInstaller()
         self.inactivity = InactivityClock()
         self._unanswered: dict[str, int] = {}  # by uid: consecutive unanswered checks of a ready control plane
@@ -103,16 +113,54 @@ class ControlPlaneController:
             why = await self.inactivity.hibernation(vc, self.runtime)
             if why is not None:
                 await self._hibernate(vc, self.runtime, why)
+            elif vc.status.phase == status.UPGRADING:
+                await self._upgrade(vc, self.runtime, self.secrets)
             else:
                 await self._build(vc, self.runtime, self.secrets)
 
     # -- build -----------------------------------------------------------------------
 
     async def _build(self, vc: VirtualCluster, runtime: ControlPlaneRuntime, secrets: SecretStore) -> None:
-        seen = await self._observe(vc, runtime, secrets)
+        move = upgrades.wanted(vc, self.versions) if vc.status.is_true(CONTROL_PLANE_READY) else None
+        if move is not None:
+            await self._finish(vc, status.upgrading(vc.raw, *move, now_rfc3339()))
+            return
+        version = upgrades.running_version(vc, self.versions)
+        seen = await self._observe(vc, runtime, secrets, version)
         if seen.state is not None and seen.state.ready:
             seen = replace(seen, backups=await backups.take_due(vc, runtime, self.events))
-        await self._finish(vc, status.built(vc.raw, seen, runtime.name, now_rfc3339()))
+        await self._finish(vc, status.built(vc.raw, seen, runtime.name, now_rfc3339(), version))
+
+    async def _upgrade(self, vc: VirtualCluster, runtime: ControlPlaneRuntime, secrets: SecretStore) -> None:
+        """One pass of an upgrade (phase Upgrading): the snapshot, recorded; then the components, each moved or
+        the whole rolled back. Nothing else of the cluster changes meanwhile."""
+        upgrade = vc.status.raw.get("upgrade") or {}
+        started = parse_rfc3339(str(upgrade.get("startTime") or now_rfc3339()))
+        snapshot = upgrade.get("snapshot")
+        pki = await load_pki(secrets, vc.raw)
+        outcome = UpgradeOutcome(False, message="the tenant's PKI is missing")
+        if pki is not None:
+            try:
+                if not snapshot:
+                    name, kept = await upgrades.snapshot(vc, runtime, dt.datetime.now(dt.UTC))
+                    await self._finish(vc, status.upgrade_snapshot_taken(vc.raw, name, kept, now_rfc3339()))
+                    return
+                outcome = await runtime.upgrade(vc.raw, pki, str(upgrade.get("toVersion")), upgrades.TIMEOUT)
+            except RuntimeFailure as e:
+                outcome = UpgradeOutcome(False, message=f"{e.reason}: {e.message}")
+        seconds = (dt.datetime.now(dt.UTC) - started).total_seconds()
+        if outcome.ok:
+            await self._finish(vc, status.upgraded(vc.raw, seconds, now_rfc3339()))
+            return
+        why = outcome.message
+        restore = snapshot if outcome.served else None
+        if pki is not None:
+            try:
+                await runtime.roll_back(vc.raw, pki, restore)
+            except RuntimeFailure as e:
+                why += f"; the rollback failed too ({e.reason}: {e.message}), so the data is as the new version left it"
+                restore = None
+        await self._finish(vc, status.upgrade_failed(vc.raw, why, restore is not None, seconds, now_rfc3339()))
 
     async def _pki(self, vc: VirtualCluster, runtime: ControlPlaneRuntime, secrets: SecretStore) -> TenantPki:
         """The tenant's PKI, made or renewed when it nears expiry or no longer names every address. A tenant
@@ -143,13 +191,15 @@ class ControlPlaneController:
             raise RuntimeFailure("ServiceRangeUnclaimed", f"the host's ServiceCIDRs could not be read or "
                                                           f"written: {e}") from None
 
-    async def _observe(self, vc: VirtualCluster, runtime: ControlPlaneRuntime, secrets: SecretStore) -> Observed:
-        """Build, adopt or repair the control plane, then its nodes; what was found, for the status."""
+    async def _observe(self, vc: VirtualCluster, runtime: ControlPlaneRuntime, secrets: SecretStore,
+                       version: str) -> Observed:
+        """Build, adopt or repair the control plane at Kubernetes ``version``, then its nodes; what was found,
+        for the status."""
         was_ready = vc.status.is_true(CONTROL_PLANE_READY)
         try:
             await backups.restore(vc, runtime, self.registry, self.events)
             pki = await self._pki(vc, runtime, secrets)
-            state = self._tolerate_a_missed_check(vc, await runtime.ensure(vc.raw, pki), was_ready)
+            state = self._tolerate_a_missed_check(vc, await runtime.ensure(vc.raw, pki, version), was_ready)
             if not state.ready:
                 return Observed(state=state)
             # the tenant's admin client, kept between passes: one TLS context and handshake per tenant

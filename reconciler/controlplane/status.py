@@ -202,9 +202,9 @@ def _unreachable(obj: Obj, status: NextStatus, condition: str, error: str) -> Ou
     return Outcome(status.result(), ("Warning", UNREACHABLE_REASON, message), backoff=message)
 
 
-def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
-    """The status after a build pass of ``runtime`` (no node report while the spec asks for nodes:
-    no node joiner is configured)."""
+def built(obj: Obj, seen: Observed, runtime: str, now: str, version: str = "") -> Outcome:
+    """The status after a build pass of ``runtime``, its components at Kubernetes ``version`` (no node report
+    while the spec asks for nodes: no node joiner is configured)."""
     vc = VirtualCluster(obj)
     status = NextStatus(obj, now)
     # a woken control plane is Waking until it is ready again, as a new one is Preparing
@@ -233,6 +233,8 @@ def built(obj: Obj, seen: Observed, runtime: str, now: str) -> Outcome:
         return Outcome(status.result(), ("Warning" if state.reason != "Starting" else "Normal", state.reason,
                                          state.message), requeue_after=POLL)
     status.condition(CONTROL_PLANE_READY, True, state.reason, state.message)
+    if version:
+        status.set(kubernetesVersion=version)
     if seen.backups is not None:
         status.set(backups=seen.backups.kept)
     if seen.rotation is not None:
@@ -289,6 +291,63 @@ def _nodes(obj: Obj, status: NextStatus, report: NodeReport, endpoint: str) -> N
         status.phase("Updating", reason, f"{counts}: {problems}")
     else:
         status.phase("Initialized", reason, f"{counts}: {problems}")
+
+
+# -- upgrades ------------------------------------------------------------------------------
+
+UPGRADED = "Upgraded"  # the condition of a cluster that was ever upgraded
+UPGRADING = "Upgrading"
+
+
+def upgrading(obj: Obj, from_version: str, to_version: str, now: str) -> Outcome:
+    """An upgrade decided: the phase says so before anything changes (the next pass acts)."""
+    status = NextStatus(obj, now)
+    status.set(upgrade={"fromVersion": from_version, "toVersion": to_version, "state": "InProgress",
+                        "startTime": now, "observedGeneration": status.generation})
+    message = (f"upgrading from {from_version} to {to_version}: a snapshot of the tenant's etcd first, then "
+               f"kube-apiserver, kube-controller-manager and kube-scheduler")
+    status.condition(UPGRADED, False, UPGRADING, message)
+    status.phase(UPGRADING, UPGRADING, message)
+    return Outcome(status.result(), ("Normal", UPGRADING, message), requeue_after=0.0)
+
+
+def upgrade_snapshot_taken(obj: Obj, snapshot: str, kept: list[Obj], now: str) -> Outcome:
+    """The pre-upgrade snapshot is recorded before the first component changes (a pass cut short after this
+    does not take another)."""
+    status = NextStatus(obj, now)
+    upgrade = {**(status.current.get("upgrade") or {}), "snapshot": snapshot}
+    message = f"upgrading from {upgrade.get('fromVersion')} to {upgrade.get('toVersion')}: snapshot {snapshot} taken"
+    status.set(upgrade=upgrade, backups=kept)
+    status.phase(UPGRADING, "PreUpgradeSnapshotTaken", message)
+    return Outcome(status.result(), ("Normal", "PreUpgradeSnapshotTaken", message), requeue_after=0.0)
+
+
+def upgraded(obj: Obj, seconds: float, now: str) -> Outcome:
+    status = NextStatus(obj, now)
+    upgrade = status.current.get("upgrade") or {}
+    to_version = str(upgrade.get("toVersion"))
+    message = f"upgraded from {upgrade.get('fromVersion')} to {to_version} in {seconds:.1f} s"
+    status.set(kubernetesVersion=to_version, upgrade={**upgrade, "state": "Succeeded", "completionTime": now,
+                                                     "durationSeconds": round(seconds), "message": message})
+    status.condition(UPGRADED, True, "Upgraded", message)
+    status.phase("Updating", "Upgraded", message)
+    return Outcome(status.result(), ("Normal", "Upgraded", message), requeue_after=0.0)
+
+
+def upgrade_failed(obj: Obj, why: str, restored: bool, seconds: float, now: str) -> Outcome:
+    """Rolled back: the cluster runs the version it ran, from the pre-upgrade snapshot when the new apiserver
+    had served; the spec's version is not tried again until the spec changes."""
+    status = NextStatus(obj, now)
+    upgrade = status.current.get("upgrade") or {}
+    back = f" and its data restored from snapshot {upgrade.get('snapshot')}" if restored else ""
+    message = (f"upgrade from {upgrade.get('fromVersion')} to {upgrade.get('toVersion')} failed after {seconds:.1f} "
+               f"s: {why}; rolled back to {upgrade.get('fromVersion')}{back}. It is not tried again until "
+               f"spec.kubernetesVersion changes")
+    status.set(upgrade={**upgrade, "state": "RolledBack", "completionTime": now, "durationSeconds": round(seconds),
+                        "message": message})
+    status.condition(UPGRADED, False, "UpgradeFailed", message)
+    status.phase("Updating", "UpgradeFailed", message)
+    return Outcome(status.result(), ("Warning", "UpgradeFailed", message), requeue_after=0.0)
 
 
 # -- imported clusters ---------------------------------------------------------------------

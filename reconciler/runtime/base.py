@@ -37,6 +37,17 @@ class ControlPlaneState:
     unanswered: bool = False
 
 
+@dataclass(frozen=True)
+class UpgradeOutcome:
+    """How an upgrade of a running control plane went: every component on the new version, or the first
+    that did not come up (``served``: the new apiserver had answered ready, so the data may hold its writes)."""
+
+    ok: bool
+    component: str = ""
+    message: str = ""
+    served: bool = False
+
+
 class RuntimeFailure(Exception):
     """A failure the runtime explains (reported as a condition; the reconcile is retried)."""
 
@@ -73,9 +84,19 @@ class ControlPlaneRuntime(Protocol):
         the host Service of the tenant's ``kubernetes``): ready apiserver pods, or a process's routable address;
         none when it is only on loopback."""
 
-    async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
-        """Create, adopt or repair the control plane; idempotent; never waits for readiness. A
-        hibernated control plane is woken by it: started again from the data it kept."""
+    async def ensure(self, vc: Obj, pki: TenantPki, version: str = "") -> ControlPlaneState:
+        """Create, adopt or repair the control plane, its Kubernetes components at ``version`` (''; the
+        newest this server was built with); idempotent; never waits for readiness. A hibernated control
+        plane is woken by it: started again from the data it kept."""
+
+    async def upgrade(self, vc: Obj, pki: TenantPki, version: str, timeout: float) -> UpgradeOutcome:
+        """Move a running control plane's components to ``version`` in kube's order, the apiserver first and
+        without a moment with none answering, each given ``timeout`` seconds to come up; idempotent (a
+        component already there is left alone). Raises RuntimeFailure when it cannot start."""
+
+    async def roll_back(self, vc: Obj, pki: TenantPki, snapshot: str | None) -> None:
+        """After a failed :meth:`upgrade`: stop what it started, and with ``snapshot`` (one of this tenant's)
+        put the etcd data back as it was then; the next :meth:`ensure` at the old version starts the rest."""
 
     async def rolled_out(self, vc: Obj, pki: TenantPki) -> bool:
         """Whether every component runs from ``pki`` as it is now, none from what it was before (a rotated

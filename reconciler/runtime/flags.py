@@ -40,7 +40,8 @@ def apiserver_flags(pki: str, *, bind: str, advertise: str, port: int, etcd_serv
     """kube-apiserver's flags, its certificates and keys in directory ``pki``; ``service_cidr`` the tenant's
     Services range (:attr:`certs.tenant.TenantPki.service_cidr`); ``audit_log`` a file or ``-``;
     ``authorization_config`` the file :func:`reconciler.runtime.authz.authorization_config` wrote;
-    ``handover`` how it leaves when it is replaced (:data:`ENDPOINT_DRAIN` behind a Service)."""
+    ``handover`` how it leaves when it is replaced (:data:`ENDPOINT_DRAIN` behind a Service, port sharing for
+    a process)."""
     return [
         f"--bind-address={bind}", f"--advertise-address={advertise}",
         f"--secure-port={port}", "--endpoint-reconciler-type=none",

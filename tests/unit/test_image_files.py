@@ -226,9 +226,13 @@ def test_the_images_carry_the_names_the_manifests_use() -> None:
     assert runtime.backup_image == oci.docker_tag(refs["vc-apiserver"])
     for component in ("apiserver", "controller-manager", "scheduler"):
         assert runtime.objects.image(component) == refs[f"kube-{component}"]
+        for version in versions.KUBERNETES_VERSIONS[1:]:  # each other version tenants may run has its images
+            assert runtime.objects_at(version).image(component) == refs[f"kube-{component}-{version}"]
     assert refs["local-path-provisioner"] == labstorage.IMAGE and refs["busybox"] == labstorage.HELPER_IMAGE
+    others = {f"kube-{c}-{v}" for c in ("apiserver", "controller-manager", "scheduler")
+              for v in versions.KUBERNETES_VERSIONS[1:]}
     assert set(refs) == {"pause", "busybox", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                         "kube-proxy", "coredns", "local-path-provisioner", "kubectl", "vc-apiserver"}
+                         "kube-proxy", "coredns", "local-path-provisioner", "kubectl", "vc-apiserver", *others}
 
 
 def test_the_vc_apiserver_image_gets_what_pip_install_would_install() -> None:

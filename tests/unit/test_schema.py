@@ -403,7 +403,7 @@ def test_status_phase_is_one_of_the_documented_phases() -> None:
     assert validate_status({"phase": "Failed"}) == [Cause(
         "FieldValueNotSupported",
         'Unsupported value: "Failed": supported values: "Pending", "Preparing", "Initialized", "Completed", '
-        '"Updating", "Hibernating", "Hibernated", "Waking", "Deleting"', "status.phase")]
+        '"Updating", "Upgrading", "Hibernating", "Hibernated", "Waking", "Deleting"', "status.phase")]
 
 
 def test_status_times_must_be_rfc3339() -> None:
@@ -506,18 +506,18 @@ def test_the_spec_schema_declares_every_field_of_the_contract() -> None:
 
     assert {f.data_key or a for a, f in VirtualClusterSpecSchema().fields.items()} == {
         "externalIP", "externalIps", "promotePolicies", "promoteResources", "kubeInKubeConfig", "kubeconfig",
-        "credentials", "import", "hibernation", "backup", "restoreFrom"}
+        "credentials", "import", "hibernation", "backup", "restoreFrom", "kubernetesVersion"}
     assert set(RestoreFromSchema().fields) == {"virtualCluster", "snapshot"}
     assert set(HibernationSchema().fields) == {"hibernated", "afterInactivity", "wakeOnAccess"}
     assert set(BackupSchema().fields) == {"schedule", "keep"}
-    assert set(BackupStatusSchema().fields) == {"name", "time", "revision", "sizeBytes", "verified"}
+    assert set(BackupStatusSchema().fields) == {"name", "time", "revision", "sizeBytes", "verified", "reason"}
     assert set(KubeInKubeConfigSchema().fields) == {
         "apiServerReplicas", "apiServerServiceType", "externalPort", "forceDestroy", "etcdStorageClass",
         "etcdUnitSize", "clusterCIDR"}
     assert set(PromoteResourcesSchema().fields) == {"nodes", "nodeInfos", "resources", "resourcesMode"}
     assert set(VirtualClusterStatusSchema().fields) == {
         "phase", "reason", "message", "updateTime", "observedGeneration", "conditions", "controlPlaneEndpoint",
-        "port", "kubernetesVersion", "nodes", "sharedResources", "backups", "credentials"}
+        "port", "kubernetesVersion", "upgrade", "nodes", "sharedResources", "backups", "credentials"}
     assert set(NodeStatusSchema().fields) == {"name", "phase", "shared"}
     assert set(SharedResourcesSchema().fields) == {"namespace", "capacity", "used"}
 

@@ -80,6 +80,7 @@ class VirtualClusterStrategy:
         Column("Ready", "string", "Status of the Ready condition."),
         Column("Nodes", "string", "Nodes that are ready, out of those desired: promoted host nodes and the virtual "
                                   "node of a shared slice."),
+        Column("Version", "string", "Kubernetes version the control plane runs."),
         Column("Age", "date", "Time since the object was created."),
         Column("Endpoint", "string", "URL of the tenant kube-apiserver.", priority=1),
     )
@@ -155,6 +156,7 @@ class VirtualClusterStrategy:
             status.get("phase"),
             ready.get("status") if ready else None,
             f"{ready_nodes(obj)}/{desired_nodes(obj)}",
+            status.get("kubernetesVersion"),
             age(meta.get("creationTimestamp")),
             status.get("controlPlaneEndpoint"),
         ]

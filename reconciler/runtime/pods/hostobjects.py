@@ -149,6 +149,7 @@ class HostObjects:
     etcd_replicas: int = 1
     tuning: TenantTuning = LEAN
     webhook: TenantAuthorizationWebhook | None = None  # vc-apiserver's credential webhook, as tenant pods reach it
+    apiserver_version: str = ""  # the apiserver's, while an upgrade has moved it first ('': kubernetes_version)
 
     # -- secrets -------------------------------------------------------------------------
 
@@ -226,7 +227,9 @@ class HostObjects:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": self.meta(plan, component), "spec": spec}
 
     def image(self, component: str) -> str:
-        return f"{self.registry}/{BINARY[component]}:{self.kubernetes_version}"
+        version = self.apiserver_version if component == "apiserver" and self.apiserver_version else \
+            self.kubernetes_version
+        return f"{self.registry}/{BINARY[component]}:{version}"
 
     def etcd_service(self, plan: Plan) -> Obj:
         """Headless, for the members' own names (peers, and what they advertise)."""

@@ -36,19 +36,20 @@ calls the host only through :class:`.host.Host`.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from apiserver import IMAGE
-from apiserver.kubeclient.client import KubeClient
+from apiserver.kubeclient.client import HostError, HostUnavailable, KubeClient
 from apiserver.machinery.timefmt import rfc3339
 from certs.tenant import TenantPki
 from reconciler.backup.snapshots import Snapshot
 from reconciler.runtime import audit
 from reconciler.runtime.authz import TenantAuthorizationWebhook
-from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, Obj
+from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, Obj, RuntimeFailure, UpgradeOutcome
 from reconciler.runtime.passmemo import PassMemo
 from reconciler.runtime.pods import supervisor
 from reconciler.runtime.pods.apply import apply_all
@@ -133,14 +134,61 @@ class PodsRuntime:
     async def refresh_nodes(self) -> None:
         await self.endpoints.refresh_nodes()
 
-    async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
+    def objects_at(self, version: str, apiserver_version: str = "") -> HostObjects:
+        """What builds a tenant's host objects with its Kubernetes components at ``version`` (the apiserver at
+        ``apiserver_version`` while an upgrade has moved it first)."""
+        return replace(self.objects, kubernetes_version=version or self.kubernetes_version,
+                       apiserver_version=apiserver_version)
+
+    async def ensure(self, vc: Obj, pki: TenantPki, version: str = "") -> ControlPlaneState:
+        return await self._ensure(vc, pki, self.objects_at(version))
+
+    async def upgrade(self, vc: Obj, pki: TenantPki, version: str, timeout: float) -> UpgradeOutcome:
+        """The apiserver's Deployment first (its new pod ready before the old one leaves, as a rollout of it
+        always is), then the controller-manager's and the scheduler's."""
+        running = str((vc.get("status") or {}).get("kubernetesVersion") or self.kubernetes_version)
+        served = False
+        for component, objects in (("kube-apiserver", self.objects_at(running, version)),
+                                   ("kube-controller-manager", self.objects_at(version))):
+            deadline = time.monotonic() + timeout
+            while True:
+                state = await self._ensure(vc, pki, objects)
+                if state.ready and await supervisor.rolled_out(self.host, Plan.of(vc, self.endpoint_host(vc))):
+                    answered = await self._version(vc, pki, state.endpoint)
+                    served = served or answered == version
+                    if answered == version:
+                        break
+                if time.monotonic() > deadline:
+                    return UpgradeOutcome(False, component, f"{component} {version} was not rolled out and ready "
+                                                            f"within {timeout:.0f} s: {state.message}", served)
+                await asyncio.sleep(1.0)
+        return UpgradeOutcome(True, served=True)
+
+    async def roll_back(self, vc: Obj, pki: TenantPki, snapshot: str | None) -> None:
+        """The Deployments back at the version the cluster ran (status.kubernetesVersion): a rollout like any.
+        The etcd data of a tenant in pods is restored only into a new cluster (spec.restoreFrom), not in place."""
+        running = str((vc.get("status") or {}).get("kubernetesVersion") or self.kubernetes_version)
+        await self._ensure(vc, pki, self.objects_at(running))
+        if snapshot is not None:
+            raise RuntimeFailure("RestoreInPlaceUnsupported", f"the pods runtime restores a snapshot into a new "
+                                                              f"VirtualCluster only (spec.restoreFrom: {snapshot})")
+
+    async def _version(self, vc: Obj, pki: TenantPki, endpoint: str) -> str:
+        meta = vc["metadata"]
+        try:
+            client = await self.clients.get(meta["namespace"], meta["name"], pki, endpoint)
+            return str((await client.request("GET", "/version", timeout=2)).get("gitVersion") or "")
+        except (HostError, HostUnavailable):
+            return ""
+
+    async def _ensure(self, vc: Obj, pki: TenantPki, objects: HostObjects) -> ControlPlaneState:
         await self.endpoints.fresh_nodes()
         plan = Plan.of(vc, self.endpoint_host(vc))
         tenant = (plan.namespace, plan.name)
         scheduling = self.scheduling.known(tenant, vc)
         stage = await self.start_order.stage(self.host, plan, self.etcd_replicas)
         asked = False  # the tenant is asked at most once a pass whether it has something to schedule
-        applied = self._applied.recall(tenant, (plan, pki.digest(), scheduling, stage), self.reapply_after)
+        applied = self._applied.recall(tenant, (plan, pki.digest(), scheduling, stage, objects), self.reapply_after)
         if applied is None:
             started = time.monotonic()
             port, service_ip = await self.endpoints.port(self.objects, plan)
@@ -154,19 +202,19 @@ class PodsRuntime:
             if not scheduling and was_ready(vc):
                 asked = True
                 scheduling = await self.scheduling.wanted(tenant, vc, await self.clients.get(*tenant, pki, endpoint))
-            await apply_all(self.host, self.objects, plan, pki, endpoint, port, service_ip,
+            await apply_all(self.host, objects, plan, pki, endpoint, port, service_ip,
                             self.endpoints.node(plan.endpoint_host), stage, scheduling)
-            self._applied.remember(tenant, (plan, pki.digest(), scheduling, stage), started, (endpoint, port))
+            self._applied.remember(tenant, (plan, pki.digest(), scheduling, stage, objects), started, (endpoint, port))
             applied = endpoint, port
         state = await supervisor.state(self.host, self.clients, plan, pki, *applied)
         if not state.ready:
             self.endpoints.doubt()  # its node may be gone: the next passes may send it to another
         if state.ready and stage < Stage.ALL:
             self.start_order.answered(plan)
-            return await self.ensure(vc, pki)  # the apiserver answers: a full pass starts the rest
+            return await self._ensure(vc, pki, objects)  # the apiserver answers: a full pass starts the rest
         if state.ready and not scheduling and not asked and await self.scheduling.wanted(
                 tenant, vc, await self.clients.get(*tenant, pki, state.endpoint)):
-            return await self.ensure(vc, pki)  # the scheduler is wanted now: a full pass scales it up
+            return await self._ensure(vc, pki, objects)  # the scheduler is wanted now: a full pass scales it up
         return state
 
     async def pod_addresses(self, vc: Obj) -> list[tuple[str, int]]:

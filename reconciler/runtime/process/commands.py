@@ -13,17 +13,35 @@ from pathlib import Path
 
 from certs import pki as pkilib
 from certs.tenant import TenantPki
+from reconciler import versions
 from reconciler.fileio import write_if_changed
 from reconciler.runtime import audit
 from reconciler.runtime.authz import TenantAuthorizationWebhook, authorization_config
+from reconciler.runtime.base import RuntimeFailure
 from reconciler.runtime.flags import apiserver_flags, controller_manager_flags, scheduler_flags
 from reconciler.runtime.tuning import TenantTuning
 
-__all__ = ["READ_AT_START", "commands", "started_from", "write_files"]
+__all__ = ["PORT_SHARING", "READ_AT_START", "commands", "kubernetes_dir", "started_from", "write_files"]
 
 # The files a component reads only when it starts (the apiserver reloads its certificates and client CAs,
 # not its service-account keys): when they change (a rotation), it is restarted to read them again.
 READ_AT_START = {"kube-apiserver": ("sa.key", "sa.pub"), "kube-controller-manager": ("sa.key",)}
+
+
+# An apiserver that leaves for another version shares its port with the one replacing it until that one answers
+# (SO_REUSEPORT): clients keep being served, never refused.
+PORT_SHARING = ["--permit-port-sharing=true"]
+
+
+def kubernetes_dir(bin_dir: Path, version: str) -> Path:
+    """Where the Kubernetes binaries of ``version`` are (hack/build-bins.sh links each offered version there).
+    Raises RuntimeFailure when they are not."""
+    found = bin_dir / f"kubernetes-{version}"
+    if not (found / "kube-apiserver").exists():
+        raise RuntimeFailure("KubernetesVersionNotInstalled",
+                             f"Kubernetes {version} is offered (--kubernetes-versions) but not installed: no "
+                             f"{found}/kube-apiserver (make bins builds each offered version)")
+    return found
 
 
 def started_from(tenant: TenantPki, component: str) -> str:
@@ -57,15 +75,15 @@ def write_files(base: Path, tenant: TenantPki, server: str, webhook: TenantAutho
 
 
 def commands(bin_dir: Path, base: Path, ports: dict[str, int], bind: str, tuning: TenantTuning,
-             service_cidr: str) -> dict[str, list[str]]:
+             service_cidr: str, version: str = versions.KUBERNETES_VERSION) -> dict[str, list[str]]:
     """Each component's command line, by binary: the apiserver on ``bind``, everything else on loopback;
-    ``service_cidr`` is the tenant's Services range."""
+    ``service_cidr`` is the tenant's Services range; the Kubernetes components at ``version``."""
     p = base / "pki"
-    b = bin_dir
+    b = kubernetes_dir(bin_dir, version)
     etcd_url = f"https://127.0.0.1:{ports['etcd-client']}"
     peer_url = f"https://127.0.0.1:{ports['etcd-peer']}"
     return {
-        "etcd": [str(b / "etcd"), "--name", "tenant", "--data-dir", str(base / "etcd"),
+        "etcd": [str(bin_dir / "etcd"), "--name", "tenant", "--data-dir", str(base / "etcd"),
                  "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
                  "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
                  "--initial-cluster", f"tenant={peer_url}", "--listen-metrics-urls", "",
@@ -77,7 +95,7 @@ def commands(bin_dir: Path, base: Path, ports: dict[str, int], bind: str, tuning
         "kube-apiserver": [str(b / "kube-apiserver"), *apiserver_flags(
             str(p), bind=bind, advertise=bind, port=ports["apiserver"], etcd_servers=etcd_url,
             audit_policy=str(base / "audit-policy.yaml"), audit_log=str(base / "logs" / "audit.log"),
-            authorization_config=str(base / "authorization-config.yaml"), tuning=tuning, handover=[],
+            authorization_config=str(base / "authorization-config.yaml"), tuning=tuning, handover=PORT_SHARING,
             service_cidr=service_cidr)],
         "kube-controller-manager": [str(b / "kube-controller-manager"), *controller_manager_flags(
             str(p), str(base / "controller-manager.kubeconfig"), bind="127.0.0.1",

@@ -33,8 +33,9 @@ from certs.tenant import TenantPki
 from reconciler.backup.snapshots import Snapshot, SnapshotStore
 from reconciler.runtime import audit
 from reconciler.runtime.authz import TenantAuthorizationWebhook
-from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure
+from reconciler.runtime.base import ControlPlaneState, Obj, RuntimeFailure, UpgradeOutcome
 from reconciler.runtime.passmemo import PassMemo
+from reconciler.runtime.process import upgrade
 from reconciler.runtime.process.backups import Backups
 from reconciler.runtime.process.commands import READ_AT_START, commands, started_from, write_files
 from reconciler.runtime.process.layout import Layout, listen_address
@@ -42,6 +43,7 @@ from reconciler.runtime.process.supervisor import Supervisor, process_usage
 from reconciler.runtime.scheduling import Scheduling
 from reconciler.runtime.tuning import LEAN, TenantTuning
 from reconciler.tenantapi import TenantClients
+from reconciler.versions import KUBERNETES_VERSION
 
 __all__ = ["ProcessRuntime"]
 
@@ -67,6 +69,7 @@ class ProcessRuntime:
     scheduling: Scheduling = field(default_factory=Scheduling)
     _written: PassMemo[bool] = field(default_factory=PassMemo)  # by tenant: the PKI digest and URL last written
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _versions: dict[tuple[str, str], str] = field(default_factory=dict)  # by tenant: what the last pass ran
     layout: Layout = field(init=False, repr=False)
     supervisor: Supervisor = field(init=False, repr=False)
     backups: Backups = field(init=False, repr=False)
@@ -106,7 +109,7 @@ class ProcessRuntime:
         pids = {self.pid(base, f.stem) for f in base.glob("*.pid")} - {0}
         return process_usage({p for p in pids if self.alive(p, base)}) if base.is_dir() else None
 
-    async def ensure(self, vc: Obj, pki: TenantPki) -> ControlPlaneState:
+    async def ensure(self, vc: Obj, pki: TenantPki, version: str = "") -> ControlPlaneState:
         meta = vc["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         base = self.dir(namespace, name)
@@ -118,7 +121,9 @@ class ProcessRuntime:
         ports = state["ports"]
         endpoint = f"https://{host}:{ports['apiserver']}"
         self._write_files_unless_written(namespace, name, pki, ports, host, endpoint)
-        command_lines = commands(self.bin_dir, base, ports, host, self.tuning, pki.service_cidr)
+        command_lines = commands(self.bin_dir, base, ports, host, self.tuning, pki.service_cidr,
+                                 version or KUBERNETES_VERSION)
+        self._versions[(namespace, name)] = version or KUBERNETES_VERSION
         await self._restart_stale(base, pki, command_lines)
         problems: list[str] = []
         # etcd and the apiserver first; the controller-manager and scheduler read RBAC-protected
@@ -139,6 +144,42 @@ class ProcessRuntime:
             return ControlPlaneState(False, "ComponentRestarting", "; ".join(problems), endpoint, ports["apiserver"])
         return ControlPlaneState(False, "Starting", f"waiting for the tenant control plane at {endpoint}",
                                  endpoint, ports["apiserver"], unanswered=core_alive and not serving)
+
+    async def upgrade(self, vc: Obj, pki: TenantPki, version: str, timeout: float) -> UpgradeOutcome:
+        namespace, name = _tenant(vc)
+        state = self.layout.read_state(namespace, name)
+        if state is None:
+            raise RuntimeFailure("ControlPlaneMissing", "the control plane has no directory here")
+        base, host = self.dir(namespace, name), state["host"]
+        target = commands(self.bin_dir, base, state["ports"], host, self.tuning, pki.service_cidr, version)
+        endpoint = f"https://{host}:{state['ports']['apiserver']}"
+        outcome = await upgrade.roll(self.supervisor, base, target, endpoint, pki, state["ports"], version, timeout)
+        if outcome.ok:
+            self._versions[(namespace, name)] = version
+            await self.clients.forget(namespace, name)  # its connection was to the apiserver that left
+        return outcome
+
+    async def roll_back(self, vc: Obj, pki: TenantPki, snapshot: str | None) -> None:
+        namespace, name = _tenant(vc)
+        base = self.dir(namespace, name)
+        await self.supervisor.restart(base, upgrade.NEXT)  # an apiserver that never answered
+        if snapshot is None:
+            return
+        await self._forget(namespace, name)
+        await self.supervisor.stop(base)  # everything, etcd last, so that its data can be put back
+        data = base / "etcd"
+        aside = base / "etcd.before-rollback"
+        shutil.rmtree(aside, ignore_errors=True)
+        if data.exists():
+            data.rename(aside)
+        try:
+            await self.backups.restore((namespace, name), data, name, snapshot, f"pre-upgrade snapshot {snapshot}",
+                                       lambda: self._claim(vc, self.endpoint_host(vc)))
+        except RuntimeFailure:
+            shutil.rmtree(data, ignore_errors=True)
+            aside.rename(data)  # what was there, rather than nothing
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
 
     async def readyz(self, namespace: str, name: str, endpoint: str, tenant: TenantPki) -> bool:
         """Whether the tenant apiserver answers ``/readyz`` with 200, over the connection kept for it."""
@@ -269,7 +310,8 @@ class ProcessRuntime:
             return False
         base = self.dir(namespace, name)
         return not self._stale(base, pki, commands(self.bin_dir, base, state["ports"], state["host"], self.tuning,
-                                                 pki.service_cidr))
+                                                 pki.service_cidr, self._versions.get((namespace, name),
+                                                                                      KUBERNETES_VERSION)))
 
     def _stale(self, base: Path, pki: TenantPki, command_lines: dict[str, list[str]]) -> list[str]:
         """Running components that would not start as they run now: started from files that have changed

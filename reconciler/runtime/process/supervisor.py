@@ -22,7 +22,7 @@ from reconciler.runtime.base import BINARIES
 from reconciler.runtime.timerslack import inherited_timer_slack
 from reconciler.runtime.tuning import LEAN, TenantTuning
 
-__all__ = ["COMPONENTS", "Supervisor", "processes_under"]
+__all__ = ["COMPONENTS", "Supervisor", "last_error", "processes_under"]
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class Supervisor:
                 continue
             health = self._health.setdefault((namespace, name, component), _Health())
             if self.pid(base, component):
-                health.last_error = _last_error(base, component)
+                health.last_error = last_error(base, component)
                 if health.next_start == 0.0:
                     health.restarts += 1
                     health.next_start = now + min(2 ** min(health.restarts, 5), MAX_BACKOFF)
@@ -212,7 +212,7 @@ def _signal(pid: int, sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def _last_error(base: Path, component: str) -> str:
+def last_error(base: Path, component: str) -> str:
     """The last line of a component's log that reads like an error, else its last line."""
     try:
         lines = (base / "logs" / f"{component}.log").read_text(errors="replace").splitlines()
