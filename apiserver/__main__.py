@@ -84,7 +84,7 @@ def wire_reconciler(server: Server, config: ReconcilerConfig) -> None:
            joiner=config.new_joiner(server.host, server.secrets),
            slices=replace(config.slices, tls=(serving.cert_file, serving.key_file)),
            credentials=server.credentials, rotation_overlap=config.runtime.rotation_overlap,
-           kubernetes_versions=config.runtime.kubernetes_versions)
+           kubernetes_versions=config.runtime.kubernetes_versions, upgrade_timeout=config.runtime.upgrade_timeout)
 
 
 async def serve(completed: CompletedConfig, reconciler: ReconcilerConfig | None) -> None:

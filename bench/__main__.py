@@ -21,12 +21,12 @@ from typing import Any
 
 import uvloop
 
-from . import config, controlplane, density, hibernation, promotion, realnodes, report, shared, suite
+from . import config, controlplane, density, hibernation, promotion, realnodes, report, shared, suite, upgrade
 from .stats import Results
 from .workloads import log
 
 STEPS = ("get", "list", "kubectl", "update", "watch", "apply")
-PRODUCT_STEPS = ("controlplane", "promotion", "hibernation", "realnodes", "shared", "density")  # the product's own work, against its floor
+PRODUCT_STEPS = ("controlplane", "promotion", "hibernation", "upgrade", "realnodes", "shared", "density")  # the product's own work, against its floor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--controlplane-concurrent", type=int, default=10,
                    help="VirtualClusters created at once, then as many floors started at once")
     p.add_argument("--hibernation-rounds", type=int, default=3, help="create, hibernate, wake rounds")
+    p.add_argument("--upgrade-rounds", type=int, default=3, help="upgrades one minor up under load, ours and the floor")
     p.add_argument("--promotion-nodes", type=int, default=int(os.environ.get("BENCH_PROMOTION_NODES", "5000")),
                    help="kwok nodes in the promotion benchmark's host")
     p.add_argument("--promotion-wanted", type=int, default=int(os.environ.get("BENCH_PROMOTION_WANTED", "500")),
@@ -105,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         if only is None or "hibernation" in only:
             product["hibernation"] = uvloop.run(hibernation.run(workdir / "hibernation",
                                                                 rounds=args.hibernation_rounds))
+        if only is None or "upgrade" in only:
+            product["upgrade"] = uvloop.run(upgrade.run(workdir / "upgrade", rounds=args.upgrade_rounds))
         if only is None or "realnodes" in only:
             product["realnodes"] = realnodes.run(workdir / "realnodes", rounds=args.realnodes_rounds, log=log)
         if only is None or "shared" in only:
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     families = {"controlplane": controlplane, "promotion": promotion, "hibernation": hibernation,
-                "realnodes": realnodes, "shared": shared, "density": density}
+                "upgrade": upgrade, "realnodes": realnodes, "shared": shared, "density": density}
     for name, result in product.items():
         if (why := report.add_chart(result, families[name].ratios)) is not None:
             log(f"bench: no chart bars for {name}: {why}")

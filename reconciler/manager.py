@@ -20,6 +20,7 @@ from apiserver.machinery import errors
 from apiserver.registry.store import Registry
 from apiserver.storage.cacher import WatchCache
 from apiserver.storage.secrets import SecretStore
+from reconciler.controlplane import upgrades
 from reconciler.controlplane.controller import Backoff, ControlPlaneController, Requeue
 from reconciler.controlplane.rotation import DEFAULT_OVERLAP, Rotations
 from reconciler.loop.informer import Informer, split_key
@@ -52,7 +53,8 @@ class Manager:
                  identity: str, lease_duration: int, workers: int = 4, resync_period: float = 60.0,
                  joiner: NodeJoiner | None = None, slices: SliceConfig | None = None,
                  credentials: Registry | None = None, rotation_overlap: float = DEFAULT_OVERLAP,
-                 kubernetes_versions: tuple[str, ...] = KUBERNETES_VERSIONS) -> None:
+                 kubernetes_versions: tuple[str, ...] = KUBERNETES_VERSIONS,
+                 upgrade_timeout: float = upgrades.TIMEOUT) -> None:
         self.registry = registry
         self.cache = cache
         self.workers = workers
@@ -73,7 +75,7 @@ class Manager:
         ranges = ServiceRanges(host, slices.service_ranges) if host is not None else None
         self.controller = ControlPlaneController(registry, runtime, secrets, events, self.nodes,
                                                  self.slices, host, credentials, Rotations(rotation_overlap), ranges,
-                                                 Offered.of(kubernetes_versions))
+                                                 Offered.of(kubernetes_versions), upgrade_timeout)
         self.quota = QuotaRecount(host, registry) if host is not None else None
         self.elector = LeaderElector(etcd, "reconciler", identity, lease_duration)
         self._task: asyncio.Task[None] | None = None
@@ -196,13 +198,14 @@ def attach(app: web.Application, *, registry: Registry, cache: WatchCache, etcd:
            lease_duration: int = 15, identity: str = "", workers: int = 4,
            joiner: NodeJoiner | None = None, slices: SliceConfig | None = None,
            credentials: Registry | None = None, rotation_overlap: float = DEFAULT_OVERLAP,
-           kubernetes_versions: tuple[str, ...] = KUBERNETES_VERSIONS) -> Manager:
+           kubernetes_versions: tuple[str, ...] = KUBERNETES_VERSIONS,
+           upgrade_timeout: float = upgrades.TIMEOUT) -> Manager:
     """A manager that starts with the application and stops first when it shuts down."""
     manager = Manager(registry=registry, cache=cache, etcd=etcd, host=host, events=events, secrets=secrets,
                       runtime=runtime, identity=identity or f"{socket.gethostname()}:{os.getpid()}",
                       lease_duration=lease_duration, workers=workers, joiner=joiner,
                       slices=slices, credentials=credentials, rotation_overlap=rotation_overlap,
-                      kubernetes_versions=kubernetes_versions)
+                      kubernetes_versions=kubernetes_versions, upgrade_timeout=upgrade_timeout)
 
     async def on_startup(_: web.Application) -> None:
         await manager.start()

@@ -79,6 +79,7 @@ class RuntimeConfig:
     authorization_ca_file: str = ""  # what verifies it there; "": the serving certificate
     rotation_overlap: float = 3600.0  # seconds a rotated-out service-account key still verifies
     kubernetes_versions: tuple[str, ...] = (versions.KUBERNETES_VERSION,)  # what tenants may run, newest first
+    upgrade_timeout: float = 120.0  # seconds each component has to come up at a new version before a rollback
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class RuntimeOptions:
     tenant_authorization_ca_file: str
     service_account_key_rotation_overlap: int
     kubernetes_versions: str
+    upgrade_timeout: int
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
@@ -137,11 +139,16 @@ class RuntimeOptions:
                        help="comma-separated Kubernetes versions tenants may run (spec.kubernetesVersion); the newest "
                             "is the default. The process runtime starts version V from <--runtime-bin-dir>/"
                             "kubernetes-V, the pods runtime from registry.k8s.io's images tagged V")
+        p.add_argument("--upgrade-timeout", type=int, default=120,
+                       help="seconds each tenant component is given to come up at a new Kubernetes version before "
+                            "the upgrade rolls back by itself")
 
     def validate(self) -> list[str]:
         problems = []
         if self.service_account_key_rotation_overlap < 0:
             problems.append("--service-account-key-rotation-overlap must be 0 or more seconds")
+        if self.upgrade_timeout < 1:
+            problems.append("--upgrade-timeout must be 1 second or more")
         try:
             Offered.of(self.versions())
         except ValueError as e:
@@ -163,7 +170,7 @@ class RuntimeOptions:
                              authorization_url=self.tenant_authorization_url,
                              authorization_ca_file=self.tenant_authorization_ca_file,
                              rotation_overlap=float(self.service_account_key_rotation_overlap),
-                             kubernetes_versions=self.versions())
+                             kubernetes_versions=self.versions(), upgrade_timeout=float(self.upgrade_timeout))
 
     def wake_estimate(self) -> int:
         """Seconds a hibernated control plane of this runtime usually takes to be ready again (what the

@@ -162,9 +162,10 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     vc-apiserver building tenant control planes as host pods (the ``pods`` runtime, on the
     control-plane node) and promoting nodes through the agents."""
     # a service-account key rotation drops the old key 10 s after the new one signs, not the hour kubelets
-    # need in production (test_real_rotation.py)
+    # need in production (test_real_rotation.py); an upgrade whose apiserver does not come up rolls back after
+    # 45 s, not 120 (test_real_lifecycle.py)
     yield from running_stack(tmp_path_factory.mktemp("real"), runtime="pods", real_nodes=2,
-                             extra_args=["--service-account-key-rotation-overlap", "10"])
+                             extra_args=["--service-account-key-rotation-overlap", "10", "--upgrade-timeout", "45"])
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,8 @@ class ControlPlaneController:
                  events: EventRecorder, nodes: NodePromoter | None = None,
                  slices: SharedSlices | None = None, host: KubeClient | None = None,
                  credentials: Registry | None = None, rotations: Rotations | None = None,
-                 ranges: ServiceRanges | None = None, versions: Offered | None = None) -> None:
+                 ranges: ServiceRanges | None = None, versions: Offered | None = None,
+                 upgrade_timeout: float = upgrades.TIMEOUT) -> None:
         self.registry = registry
         self.credentials = credentials  # the issued credentials (a client CA rotation's end deletes the dead)
         self.rotations = rotations or Rotations()
@@ -89,6 +90,7 @@ class ControlPlaneController:
         self.events = events
         self.ranges = ranges  # Services ranges of their own, for tenants made with a shared slice
         self.versions = versions or Offered.of(KUBERNETES_VERSIONS)  # what tenants may run
+        self.upgrade_timeout = upgrade_timeout  # seconds each component has to come up at a new version
         self.addons = AddonInstaller()
         self.inactivity = InactivityClock()
         self._unanswered: dict[str, int] = {}  # by uid: consecutive unanswered checks of a ready control plane
@@ -145,7 +147,7 @@ class ControlPlaneController:
                     name, kept = await upgrades.snapshot(vc, runtime, dt.datetime.now(dt.UTC))
                     await self._finish(vc, status.upgrade_snapshot_taken(vc.raw, name, kept, now_rfc3339()))
                     return
-                outcome = await runtime.upgrade(vc.raw, pki, str(upgrade.get("toVersion")), upgrades.TIMEOUT)
+                outcome = await runtime.upgrade(vc.raw, pki, str(upgrade.get("toVersion")), self.upgrade_timeout)
             except RuntimeFailure as e:
                 outcome = UpgradeOutcome(False, message=f"{e.reason}: {e.message}")
         seconds = (dt.datetime.now(dt.UTC) - started).total_seconds()

@@ -149,7 +149,7 @@ class NodePromoter:
         owner, spec = _owner(vc), VirtualCluster(vc).spec
         nodes = await self.host_nodes()
         allowed, refusal = await self.promotable(VirtualCluster(vc).meta.namespace)
-        plan = selection.plan(spec.raw, nodes, owner, allowed)
+        plan = selection.plan(spec.raw, nodes, owner, allowed, VirtualCluster(vc).status.raw.get("kubernetesVersion"))
         if refusal:
             plan.shortages.append(refusal)
             plan.claim = []

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from apiserver.apis import kubeversion
 from apiserver.apis.compute import named_nodes
 from apiserver.apis.conditions import is_true
 from apiserver.apis.sharedslice import dedicated_resources
@@ -71,6 +72,14 @@ def free(node: Node) -> bool:
             and not (node.get("spec") or {}).get("unschedulable"))
 
 
+def kubelet_newer(node: Node, tenant_version: str | None) -> str:
+    """The node's kubelet version when it is newer than ``tenant_version`` (kube's skew policy: a kubelet is never
+    newer than its apiserver), else ''. An unknown version on either side says nothing."""
+    version = str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion") or "")
+    kubelet, tenant = kubeversion.parse(version.split("-")[0].split("+")[0]), kubeversion.parse(tenant_version)
+    return version if kubelet is not None and tenant is not None and kubelet > tenant else ""
+
+
 def still_chosen(spec: Mapping[str, Any], seen: Node, now: Node) -> bool:
     """Whether a node the plan chose as ``seen``, read again as ``now`` after it changed, would be chosen
     the same way: still free, matched or not by each promote policy's selector as before (labels added
@@ -121,13 +130,14 @@ def _assigned_order(nodes: Iterable[Node]) -> list[Node]:
 
 
 def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str,
-         allowed: LabelSelector | None = None) -> Plan:
+         allowed: LabelSelector | None = None, version: str | None = None) -> Plan:
     """Nodes for the VirtualCluster ``owner`` (``namespace/name``) given the host's nodes now; ``allowed``
-    (its namespace's :data:`PROMOTABLE_NODES`) bounds the nodes it may newly take (those it holds stay)."""
+    (its namespace's :data:`PROMOTABLE_NODES`) bounds the nodes it may newly take (those it holds stay), and
+    so does the tenant's Kubernetes ``version``: no node whose kubelet is newer is newly taken."""
     by_name = {node_name(n): n for n in host_nodes}
     mine = _assigned_order(n for n in host_nodes if claim_of(n) == owner)
-    available = sorted((n for n in host_nodes if free(n) and (allowed is None or allowed.matches(labels(n)))),
-                       key=node_name)
+    available = sorted((n for n in host_nodes if free(n) and (allowed is None or allowed.matches(labels(n)))
+                        and not kubelet_newer(n, version)), key=node_name)
     chosen: list[str] = []
     result = Plan()
 
@@ -140,8 +150,12 @@ def plan(spec: Mapping[str, Any], host_nodes: Sequence[Node], owner: str,
         node = by_name.get(name)
         if node is None:
             result.shortages.append(f"node {name} does not exist")
-        elif claim_of(node) == owner or (free(node) and (allowed is None or allowed.matches(labels(node)))):
+        elif claim_of(node) == owner or (free(node) and not kubelet_newer(node, version)
+                                         and (allowed is None or allowed.matches(labels(node)))):
             take(node)
+        elif free(node) and kubelet_newer(node, version):
+            result.shortages.append(f"node {name} runs kubelet {kubelet_newer(node, version)}, newer than the "
+                                    f"tenant's {version}")
         elif free(node):
             result.shortages.append(f"node {name} is not among the nodes this namespace may take "
                                     f"({PROMOTABLE_NODES}: {allowed.to_string() if allowed else ''})")

@@ -96,6 +96,8 @@ class SharedSlices:
         else:
             syncer.resize(vc, slice_)
         syncer.reach_apiserver_at(api_addresses or [])
+        # the virtual node's kubelet is the tenant's version, never newer than its apiserver (kube's skew policy)
+        syncer.version = str((vc.get("status") or {}).get("kubernetesVersion") or KUBERNETES_VERSION)
         return syncer.report
 
     async def stop(self, vc: Obj) -> None:

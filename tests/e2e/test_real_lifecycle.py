@@ -8,6 +8,7 @@ vc-apiserver's own image, built locally.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import os
@@ -23,8 +24,10 @@ import pytest
 from hack.harness import wait_until
 from hack.realnodes import RealNodeLab
 from hack.stack import Stack
+from hack.steadyload import Load
 from reconciler.runtime.pods import COMPONENT, OWNER, PodsRuntime
 from reconciler.runtime.pods.backupobjects import SNAPSHOT_CLAIM
+from reconciler.versions import KUBERNETES_VERSIONS
 from tests.conftest import Kubectl, vc
 from tests.support import report
 from tests.support.promotion import tenant, wait_phase
@@ -323,3 +326,89 @@ def test_the_lab_holds_tenant_after_tenant_because_each_deleted_one_gives_its_vo
     wait_until(lambda: held() == before, 90, "every volume of the deleted tenants given back", interval=1)
     report.say(f"pods runtime on a real node: {TURNOVER} tenants created and deleted one after another, "
                f"create -> Ready p50 {statistics.median(took):.1f}s (max {max(took):.1f}s); no volume left")
+
+
+# -- Kubernetes versions ---------------------------------------------------------------------
+
+NEWEST, OLDER = KUBERNETES_VERSIONS[0], KUBERNETES_VERSIONS[1]
+
+
+def images(life: Lifecycle, name: str) -> dict[str, str]:
+    """The image of each control-plane Deployment of ``name``."""
+    listed = life.host.json("get", "deployments", "-n", life.namespace, "-l", f"{OWNER}={name}")["items"]
+    return {d["metadata"]["labels"][COMPONENT]: d["spec"]["template"]["spec"]["containers"][0]["image"]
+            for d in listed}
+
+
+def wait_upgrade(life: Lifecycle, name: str, state: str, timeout: float = 300) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        obj = life.get(name)
+        upgrade = obj["status"].get("upgrade") or {}
+        return obj if upgrade.get("state") == state and obj["status"].get("phase") == "Completed" else None
+    return wait_until(done, timeout, f"upgrade of {name} {state}", interval=1)
+
+
+def test_a_real_tenant_upgrades_in_place_under_load_and_its_slice_pods_keep_running(life: Lifecycle) -> None:
+    life.host.run("create", "-f", "-", input=json.dumps(vc("upgraded", life.namespace, {
+        "kubernetesVersion": OLDER, "promoteResources": {"resources": {"cpu": "500m", "memory": "512Mi"}}})))
+    life.wait_ready("upgraded")
+    tenant = life.tenant("upgraded")
+    tenant.run("run", "sleeper", "--image=docker.io/library/busybox:1.36", "--restart=Never", "--", "sleep", "3600")
+    tenant.run("wait", "pod/sleeper", "--for=condition=Ready", "--timeout=180s", timeout=200)
+    before = tenant.json("get", "pod", "sleeper")
+    [node] = tenant.json("get", "nodes")["items"]
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == OLDER  # never newer than its apiserver
+    assert images(life, "upgraded")["apiserver"] == f"registry.k8s.io/kube-apiserver:{OLDER}"
+
+    async def under_load() -> Any:
+        load = Load.of_kubeconfig(tenant.kubeconfig)
+        await load.start()
+        await asyncio.sleep(2)
+        started = time.monotonic()
+        await asyncio.to_thread(life.host.run, "patch", "vc", "upgraded", "-n", life.namespace, "--type=merge",
+                                "-p", json.dumps({"spec": {"kubernetesVersion": NEWEST}}))
+        await asyncio.to_thread(wait_upgrade, life, "upgraded", "Succeeded")
+        took = time.monotonic() - started
+        await asyncio.sleep(2)
+        return took, await load.stop()
+    took, result = asyncio.run(under_load())
+    report.say(f"pods runtime: upgrade {OLDER} -> {NEWEST} in {took:.1f}s under load: {json.dumps(result.summary())}")
+
+    obj = life.get("upgraded")
+    assert obj["status"]["kubernetesVersion"] == NEWEST
+    assert json.loads(tenant.run("get", "--raw", "/version").stdout)["gitVersion"] == NEWEST
+    for component in ("apiserver", "controller-manager", "scheduler"):
+        if component in images(life, "upgraded"):
+            assert images(life, "upgraded")[component] == f"registry.k8s.io/kube-{component}:{NEWEST}"
+    assert [b for b in obj["status"]["backups"] if b["reason"] == "PreUpgrade" and b["verified"]]
+    after = tenant.json("get", "pod", "sleeper")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"] and after["status"]["phase"] == "Running"
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+    wait_until(lambda: tenant.json("get", "nodes")["items"][0]["status"]["nodeInfo"]["kubeletVersion"] == NEWEST,
+               30, "the virtual node to report the new version", interval=1)
+    assert result.reads > 50 and result.reads_failed == 0, result.summary()
+    assert result.writes_lost == 0, result.summary()
+    life.host.run("delete", "vc", "upgraded", "-n", life.namespace, "--timeout=180s", timeout=200)
+
+
+def test_a_real_tenant_whose_new_apiserver_cannot_be_placed_rolls_back_by_itself(
+        real_lab: RealNodeLab, life: Lifecycle) -> None:
+    life.host.run("create", "-f", "-", input=json.dumps(vc("held", life.namespace, {"kubernetesVersion": OLDER})))
+    life.wait_ready("held")
+    nodes = [n.name for n in real_lab.nodes()]
+    for name in nodes:  # the new apiserver pod finds no node: it is never ready
+        life.host.run("cordon", name)
+    try:
+        life.host.run("patch", "vc", "held", "-n", life.namespace, "--type=merge", "-p",
+                      json.dumps({"spec": {"kubernetesVersion": NEWEST}}))
+        obj = wait_upgrade(life, "held", "RolledBack", timeout=180)
+    finally:
+        for name in nodes:
+            life.host.run("uncordon", name)
+    assert obj["status"]["kubernetesVersion"] == OLDER
+    assert "kube-apiserver" in obj["status"]["upgrade"]["message"]
+    assert images(life, "held")["apiserver"] == f"registry.k8s.io/kube-apiserver:{OLDER}"
+    assert ("UpgradeFailed" in dict(life.events("held")))
+    life.wait_ready("held")
+    assert json.loads(life.tenant("held").run("get", "--raw", "/version").stdout)["gitVersion"] == OLDER
+    life.host.run("delete", "vc", "held", "-n", life.namespace, "--timeout=180s", timeout=200)

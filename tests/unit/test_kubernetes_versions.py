@@ -88,3 +88,17 @@ def test_the_version_run_is_the_status_once_it_ran_else_the_spec_else_the_newest
 def test_a_pre_upgrade_snapshot_says_so_in_status_backups() -> None:
     assert Snapshot("a-20261129-101010-preupgrade", "t", 1, 2).status()["reason"] == "PreUpgrade"
     assert Snapshot("a-20261129-101010", "t", 1, 2).status()["reason"] == "Scheduled"
+
+
+def test_no_node_whose_kubelet_is_newer_than_the_tenant_is_newly_promoted() -> None:
+    from reconciler.nodes import selection
+
+    def node(name: str, kubelet: str) -> dict:
+        return {"metadata": {"name": name, "labels": {"pool": "a"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": {"kubeletVersion": kubelet}}}
+    nodes = [node("new", "v1.35.4"), node("old", "v1.34.4"), node("kwok", "fake")]
+    policy = {"promotePolicies": [{"labelSelector": {"matchLabels": {"pool": "a"}}, "nodeCount": 2}]}
+    assert selection.plan(policy, nodes, "n/a", version="v1.34.4").claim == ["kwok", "old"]
+    named = selection.plan({"promoteResources": {"nodes": ["new"]}}, nodes, "n/a", version="v1.34.4")
+    assert named.claim == [] and named.shortages == ["node new runs kubelet v1.35.4, newer than the tenant's v1.34.4"]
+    assert selection.plan({"promoteResources": {"nodes": ["new"]}}, nodes, "n/a", version="v1.35.4").claim == ["new"]

@@ -24,7 +24,7 @@ from reconciler.runtime.base import UpgradeOutcome
 from reconciler.runtime.process.supervisor import Supervisor, last_error
 from reconciler.tenantapi import admin_client
 
-__all__ = ["NEXT", "roll"]
+__all__ = ["HEALTH_PORTS", "NEXT", "answers_ready_as", "healthy", "roll"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ async def roll(supervisor: Supervisor, base: Path, target: dict[str, list[str]],
             continue  # not started yet (a scheduler waits for work): it starts at the new version
         await supervisor.restart(base, component)
         pid = supervisor.spawn(base, component, target[component])
-        if not await _healthy(supervisor, base, pid, ports[port], timeout):
+        if not await healthy(supervisor, base, pid, ports[port], timeout):
             return UpgradeOutcome(False, component, f"{component} {version} did not report healthy within "
                                                     f"{timeout:.0f} s: {last_error(base, component)}", served=True)
     return UpgradeOutcome(True)
@@ -66,7 +66,7 @@ async def _surge_apiserver(supervisor: Supervisor, base: Path, command: list[str
         await supervisor.restart(base, NEXT)
         pid = supervisor.spawn(base, NEXT, command)
     deadline = time.monotonic() + timeout
-    while not await _answers_ready_as(endpoint, pki, version):
+    while not await answers_ready_as(endpoint, pki, version):
         if not supervisor.alive(pid, base):
             await supervisor.restart(base, NEXT)
             return UpgradeOutcome(False, "kube-apiserver", f"kube-apiserver {version} exited: "
@@ -83,7 +83,7 @@ async def _surge_apiserver(supervisor: Supervisor, base: Path, command: list[str
     return UpgradeOutcome(True)
 
 
-async def _answers_ready_as(endpoint: str, pki: TenantPki, version: str) -> bool:
+async def answers_ready_as(endpoint: str, pki: TenantPki, version: str) -> bool:
     """Whether a fresh connection reached the apiserver of ``version`` and it said it is ready there."""
     client = admin_client(pki, endpoint)
     try:
@@ -97,7 +97,7 @@ async def _answers_ready_as(endpoint: str, pki: TenantPki, version: str) -> bool
         await client.close()
 
 
-async def _healthy(supervisor: Supervisor, base: Path, pid: int, port: int, timeout: float) -> bool:
+async def healthy(supervisor: Supervisor, base: Path, pid: int, port: int, timeout: float) -> bool:
     """A controller-manager's or scheduler's ``/healthz`` (always allowed, served on its secure port)."""
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
