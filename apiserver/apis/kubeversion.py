@@ -3,8 +3,8 @@ version-skew policy allows.
 
 ``spec.kubernetesVersion`` names a version the server offers (``--kubernetes-versions``): a full one
 (``v1.35.4``, or ``1.35.4``) or a minor (``1.34``, ``v1.34``), which resolves to the newest patch of that
-minor the server has. Unset, a new cluster gets the server's newest, written into its spec when it is
-created, so that a server offering a newer version later upgrades nobody by surprise.
+minor the server has. Unset, a new cluster is built at the server's newest and then keeps what it runs
+(``status.kubernetesVersion``), so that a server offering a newer version later upgrades nobody by surprise.
 
 A running cluster moves one minor at a time, and never to a minor below the one its data was written with
 (``status.kubernetesVersion``): kube-apiserver supports neither a skipped minor nor a downgrade of its

@@ -305,8 +305,8 @@ class VirtualClusterSpecSchema(KubeSchema):
     restoreFrom = Obj(RestoreFromSchema, "Start the control plane from a snapshot of a VirtualCluster in this "
                       "namespace instead of from nothing. Set on create only: immutable.")
     kubernetesVersion = Str("The Kubernetes version the control plane runs: a version the server offers "
-                            "(v1.35.4), or a minor (1.34) for its newest patch there. Unset on create: the server's "
-                            "newest, written here. Changing it upgrades the cluster in place, one minor at a time "
+                            "(v1.35.4), or a minor (1.34) for its newest patch there. Unset: the server's newest "
+                            "when the cluster is built, then what it runs (status.kubernetesVersion). Changing it upgrades the cluster in place, one minor at a time "
                             "(a snapshot is taken first, and a failed upgrade rolls back by itself); a minor below "
                             "what the data was written with is refused.", validate=Check(kubernetes_version_errors))
 

@@ -153,11 +153,11 @@ class PromoteAuthorization:
 
 
 class KubernetesVersionAdmission:
-    """``spec.kubernetesVersion`` (:mod:`apiserver.apis.kubeversion`): a new cluster without one gets the server's
-    newest, an update that drops it keeps the one stored (an apply or replace that does not name the field
-    upgrades nothing). Refused with 422: a version the server does not offer, a skipped minor or a minor
-    downgrade of a running cluster, and a version older than the kubelet of a node promoted into it (those
-    ``status.nodes`` lists, and those the spec names, read from the host)."""
+    """``spec.kubernetesVersion`` (:mod:`apiserver.apis.kubeversion`), when a write sets or changes it, refused with
+    422: a version the server does not offer, a skipped minor or a minor downgrade of a cluster that runs
+    (``status.kubernetesVersion``), and a version older than the kubelet of a node promoted into it (those
+    ``status.nodes`` lists, and those the spec names, read from the host). Left unset, a new cluster runs the
+    server's newest and keeps running what it runs."""
 
     def __init__(self, offered: Offered, host: KubeClient | None) -> None:
         self.offered = offered
@@ -167,24 +167,11 @@ class KubernetesVersionAdmission:
         spec, old = request.obj.get("spec"), request.old
         if not isinstance(spec, dict) or import_ref(request.obj) is not None:
             return
-        old_spec = (old or {}).get("spec") or {}
-        if not spec.get(kubeversion.FIELD_NAME):
-            if old is None:
-                spec[kubeversion.FIELD_NAME] = str(self.offered.newest)
-            elif old_spec.get(kubeversion.FIELD_NAME):
-                spec[kubeversion.FIELD_NAME] = old_spec[kubeversion.FIELD_NAME]
-                if spec == old_spec:  # nothing else changed: no new generation for a field kept
-                    request.obj["metadata"]["generation"] = old["metadata"].get("generation", 1)
-            else:
-                return
-        value = spec[kubeversion.FIELD_NAME]
-        if old is not None and value == old_spec.get(kubeversion.FIELD_NAME):
+        value = spec.get(kubeversion.FIELD_NAME)
+        if not value or (old is not None and value == ((old.get("spec") or {}).get(kubeversion.FIELD_NAME))):
             return
         running = VirtualCluster(old).status.raw.get("kubernetesVersion") if old is not None else None
-        if old is not None and not running:
-            resolved = self.offered.resolve(old_spec.get(kubeversion.FIELD_NAME))
-            running = str(resolved) if resolved is not None else None
-        causes = kubeversion.move_errors(self.offered, value, running)
+        causes = kubeversion.move_errors(self.offered, value, running if isinstance(running, str) else None)
         target = self.offered.resolve(value)
         if not causes and target is not None:
             causes = kubeversion.kubelet_errors(target, await self._kubelets(request))

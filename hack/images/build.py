@@ -299,6 +299,29 @@ def busybox(ref: str = "docker.io/library/busybox:1.36", name: str = "busybox") 
                   lambda ctx, work: [busybox_tree(ctx, work)], {"Env": [f"PATH={PATH}"], "Cmd": ["sh"]})
 
 
+# The official Python client as Debian packages it, on Debian's python3: what a tenant's Python workload that
+# talks to its cluster from a pod runs (``config.load_incluster_config()``: tests/e2e/test_slice_apps.py).
+PYTHON_CLIENT_PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "python3-kubernetes")
+PYTHON_CLIENT_IMAGE = "localhost/python3-kubernetes:bookworm"
+
+
+def python_client() -> Recipe:
+    def layers(ctx: Context, work: Path) -> Layers:
+        root = work / "root"
+        ctx.debian_root(root, PYTHON_CLIENT_PACKAGES)
+        check_libraries(root)
+        packages = " ".join(f"{p.name}={p.version}" for p in ctx.packages(PYTHON_CLIENT_PACKAGES).values())
+        tree = oci.Tree().add_tree(root)
+        for path in ("etc/passwd", "etc/group"):  # as kube-proxy's: the base's own users win
+            tree.entries.pop(path, None)
+        tree.merge(base_files(oci.Tree()))
+        return [(f"debian: {packages}", tree)]
+    return Recipe("python3-kubernetes", PYTHON_CLIENT_IMAGE,
+                  lambda ctx: debian.key(ctx.packages(PYTHON_CLIENT_PACKAGES)), layers,
+                  {"Env": [f"PATH={PATH}", "PYTHONDONTWRITEBYTECODE=1", "LANG=C.UTF-8"], "Entrypoint": ["python3"],
+                   "WorkingDir": "/"})
+
+
 # -- vc-apiserver ---------------------------------------------------------------------------------
 
 # Debian's python3.11 (python3-minimal gives /usr/bin/python3, libpython3.11-stdlib the rest of the
@@ -453,7 +476,7 @@ def vc_apiserver() -> Recipe:
 def recipes() -> list[Recipe]:
     return [pause(), busybox(), etcd(), *(kube_image(c, v) for v in versions.KUBERNETES_VERSIONS
                                           for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")),
-            kube_proxy(), coredns(), local_path_provisioner(), kubectl(), vc_apiserver()]
+            kube_proxy(), coredns(), local_path_provisioner(), kubectl(), python_client(), vc_apiserver()]
 
 
 # -- building -----------------------------------------------------------------------------------

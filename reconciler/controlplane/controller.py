@@ -216,7 +216,7 @@ class ControlPlaneController:
         try:  # nodes follow the spec (scaled to zero: every node goes back)
             if self.nodes is not None and (wants_nodes or vc.status.promoted_nodes):
                 report = await self.nodes.reconcile(vc.raw, tenant)
-            shared = await self._slice(vc, slice_, pki, tenant, state.endpoint, runtime)
+            shared = await self._slice(vc, slice_, pki, tenant, state.endpoint, runtime, version)
             if (report is not None and report.ready) or (shared is not None and shared.ready):
                 await self.addons.ensure(vc, tenant, state.endpoint, pki.service_cidr)
         except (HostUnavailable, HostError) as e:
@@ -268,12 +268,12 @@ class ControlPlaneController:
                                               WriteOptions(field_manager=FIELD_MANAGER))
 
     async def _slice(self, vc: VirtualCluster, slice_: dict[str, str] | None, pki: TenantPki, tenant: KubeClient,
-                     endpoint: str, runtime: ControlPlaneRuntime) -> SliceReport | None:
+                     endpoint: str, runtime: ControlPlaneRuntime, version: str) -> SliceReport | None:
         """The shared slice's syncer runs while the spec asks for one; without one any slice left goes."""
         if self.slices is None:
             return None
         if slice_ is not None:
-            return await self.slices.ensure(vc.raw, slice_, pki, endpoint, await runtime.pod_addresses(vc.raw))
+            return await self.slices.ensure(vc.raw, slice_, pki, endpoint, await runtime.pod_addresses(vc.raw), version)
         if self.slices.may_hold(vc.raw):
             await self.slices.remove(vc.raw, tenant)
         return None

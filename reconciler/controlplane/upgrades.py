@@ -32,11 +32,11 @@ def running_version(vc: VirtualCluster, offered: Offered) -> str:
 
 
 def wanted(vc: VirtualCluster, offered: Offered) -> tuple[str, str] | None:
-    """(from, to) when a running cluster's spec asks for another version it may move to; None when not, or
-    when that version was rolled back at this generation."""
+    """(from, to) when a running cluster's spec names another version it may move to; None when not (an unset
+    version keeps what runs), or when that version was rolled back at this generation."""
     running = vc.status.raw.get("kubernetesVersion")
     value = vc.spec.raw.get(kubeversion.FIELD_NAME)
-    target = offered.resolve(value)
+    target = offered.resolve(value) if value else None  # unset: it keeps what it runs
     if not isinstance(running, str) or not running or target is None or str(target) == running:
         return None
     if kubeversion.move_errors(offered, value, running):

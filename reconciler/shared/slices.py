@@ -68,9 +68,12 @@ class SharedSlices:
         return self.running(vc) or view.spec.slice is not None or view.status.shared_resources is not None
 
     async def ensure(self, vc: Obj, slice_: dict[str, str], pki: TenantPki, endpoint: str,
-                     api_addresses: list[tuple[str, int]] | None = None) -> SliceReport:
+                     api_addresses: list[tuple[str, int]] | None = None,
+                     version: str = KUBERNETES_VERSION) -> SliceReport:
         """The slice's syncer runs (started on first sight, resized on a change); what it reports.
-        ``api_addresses``: where the slice's pods reach the tenant apiserver (its ``kubernetes`` Service)."""
+        ``api_addresses``: where the slice's pods reach the tenant apiserver (its ``kubernetes`` Service);
+        ``version``: the tenant's Kubernetes version, which its virtual node's kubelet reports (kube's skew policy:
+        never newer than its apiserver)."""
         meta = VirtualCluster(vc).meta
         syncer = self._syncers.get(meta.uid)
         namespace = names.host_namespace(vc)
@@ -84,7 +87,7 @@ class SharedSlices:
                 await self.events.record(vc, "Warning", INSUFFICIENT, f"the slice stays at {syncer.slice}: {short}")
             return syncer.report
         if syncer is None:
-            syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), KUBERNETES_VERSION,
+            syncer = SliceSyncer(vc, slice_, self.host, admin_client(pki, endpoint), version,
                                  self.events, self.placement, TenantNetwork(pki.service_cidr), self.storage_classes)
             if self._kubelet_api is not None:
                 self._kubelet_api.trust(pki.files["ca.crt"])
@@ -96,8 +99,7 @@ class SharedSlices:
         else:
             syncer.resize(vc, slice_)
         syncer.reach_apiserver_at(api_addresses or [])
-        # the virtual node's kubelet is the tenant's version, never newer than its apiserver (kube's skew policy)
-        syncer.version = str((vc.get("status") or {}).get("kubernetesVersion") or KUBERNETES_VERSION)
+        syncer.version = version
         return syncer.report
 
     async def stop(self, vc: Obj) -> None:

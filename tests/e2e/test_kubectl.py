@@ -52,14 +52,14 @@ def test_every_example_applies_created_then_unchanged_then_configured(kubectl: K
 def test_get_all_namespaces_shows_the_namespace_column(kubectl: Kubectl, namespace: str) -> None:
     create(kubectl, vc("a1", namespace))
     out = kubectl.run("get", "vc", "-A").stdout.splitlines()
-    assert out[0].split() == ["NAMESPACE", "NAME", "PHASE", "READY", "NODES", "AGE"]
+    assert out[0].split() == ["NAMESPACE", "NAME", "PHASE", "READY", "NODES", "VERSION", "AGE"]
     assert any(line.split()[:2] == [namespace, "a1"] for line in out[1:])
 
 
 def test_get_wide_adds_the_endpoint_column(kubectl: Kubectl, namespace: str) -> None:
     create(kubectl, vc("w1", namespace, {"promotePolicies": [{"nodeCount": 2}]}))
     out = kubectl.run("get", "vc", "-n", namespace, "-o", "wide").stdout.splitlines()
-    assert out[0].split() == ["NAME", "PHASE", "READY", "NODES", "AGE", "ENDPOINT"]
+    assert out[0].split() == ["NAME", "PHASE", "READY", "NODES", "VERSION", "AGE", "ENDPOINT"]
     assert out[1].split()[0] == "w1"
     assert "0/2" in out[1].split()
 

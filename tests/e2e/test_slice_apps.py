@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from hack.harness import wait_until
+from hack.images.build import PYTHON_CLIENT_IMAGE
 from hack.realnodes import REAL_NODE_LABEL, STORAGE_CLASS, RealNodeLab
 from hack.stack import Stack
 from reconciler.shared import names, ranges
@@ -192,6 +193,33 @@ def test_a_pod_reaches_the_tenant_api_as_its_own_service_account(shops: dict[str
                                      "> /dev/termination-log")
     ip = t.json("get", "service", "kubernetes")["spec"]["clusterIP"]
     assert (phase, env.strip()) == ("Succeeded", f"{ip}:443:80")
+
+
+def test_the_python_client_in_a_slice_pod_loads_its_in_cluster_config_and_acts_as_its_service_account(
+        shops: dict[str, Shop]) -> None:
+    shop = shops["shop-b"]
+    t = shop.tenant
+    t.run("create", "serviceaccount", "py")
+    t.run("create", "rolebinding", "py-view", "--clusterrole=view", "--serviceaccount=default:py")
+    script = ("from kubernetes import client, config\n"
+              "config.load_incluster_config()\n"
+              "api = client.CoreV1Api()\n"
+              "print(' '.join(sorted(s.metadata.name for s in api.list_namespaced_service('default').items)))\n"
+              "try:\n"
+              "    api.list_namespaced_secret('kube-system')\n"
+              "except client.ApiException as e:\n"
+              "    print(e.status)\n")
+    t.run("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pyclient"},
+        "spec": {"restartPolicy": "Never", "serviceAccountName": "py", "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": PYTHON_CLIENT_IMAGE, "args": ["-c", script]}]}}))
+    pod = until(lambda: t.json("get", "pod", "pyclient"),
+                lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), 120, "pyclient ran", interval=1)
+    out = t.run("logs", "pyclient").stdout.split("\n")
+    # the tenant's own Services, as its token may list them, then 403 where the view role does not reach
+    services = set(out[0].split())
+    assert pod["status"]["phase"] == "Succeeded" and {"kubernetes", "web"} <= services and out[1] == "403", out
+    assert services == {s["metadata"]["name"] for s in t.json("get", "services")["items"]}
 
 
 def test_a_pod_without_automounted_token_gets_none(shops: dict[str, Shop]) -> None:

@@ -232,7 +232,8 @@ def test_the_images_carry_the_names_the_manifests_use() -> None:
     others = {f"kube-{c}-{v}" for c in ("apiserver", "controller-manager", "scheduler")
               for v in versions.KUBERNETES_VERSIONS[1:]}
     assert set(refs) == {"pause", "busybox", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                         "kube-proxy", "coredns", "local-path-provisioner", "kubectl", "vc-apiserver", *others}
+                         "kube-proxy", "coredns", "local-path-provisioner", "kubectl", "python3-kubernetes", "vc-apiserver",
+                         *others}
 
 
 def test_the_vc_apiserver_image_gets_what_pip_install_would_install() -> None:

@@ -71,6 +71,7 @@ def test_an_upgrade_is_wanted_when_the_spec_names_another_version_it_may_move_to
     assert upgrades.wanted(_vc("1.34", "v1.34.4"), OFFERED) is None
     assert upgrades.wanted(_vc("1.35", None), OFFERED) is None  # not built yet: it is built at 1.35
     assert upgrades.wanted(_vc("1.35", "v1.33.9"), OFFERED) is None  # a skip is never acted on
+    assert upgrades.wanted(_vc(None, "v1.34.4"), OFFERED) is None  # unset: it keeps what it runs
 
 
 def test_a_rolled_back_version_is_not_tried_again_until_the_spec_changes() -> None:
