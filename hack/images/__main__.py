@@ -7,7 +7,7 @@
 
 `import` builds first what is not built yet. NAME is a short name: pause, busybox, etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, coredns, local-path-provisioner,
-kubectl, vc-apiserver (the nodes' images, the default), or one of the conformance suite's images:
+kubectl, python3-kubernetes, vc-apiserver (the nodes' images, the default), or one of the conformance suite's images:
 e2e-busybox, agnhost, nginx, nginx-new, jessie-dnsutils, e2e-nonroot, sample-apiserver, e2e-etcd
 (hack/images/e2e.py).
 """

@@ -301,7 +301,7 @@ def busybox(ref: str = "docker.io/library/busybox:1.36", name: str = "busybox") 
 
 # The official Python client as Debian packages it, on Debian's python3: what a tenant's Python workload that
 # talks to its cluster from a pod runs (``config.load_incluster_config()``: tests/e2e/test_slice_apps.py).
-PYTHON_CLIENT_PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "python3-kubernetes")
+PYTHON_CLIENT_PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "python3-kubernetes", "python3-cffi-backend")
 PYTHON_CLIENT_IMAGE = "localhost/python3-kubernetes:bookworm"
 
 

@@ -365,6 +365,7 @@ def test_a_real_tenant_upgrades_in_place_under_load_and_its_slice_pods_keep_runn
 
     async def under_load() -> Any:
         load = Load.of_kubeconfig(tenant.kubeconfig)
+        await load.make_target()
         await load.start()
         await asyncio.sleep(2)
         started = time.monotonic()
