@@ -365,8 +365,9 @@ class BackupStatusSchema(KubeSchema):
     sizeBytes = Int("Size of the snapshot file in bytes.", format="int64", validate=Range(min=0))
     verified = Bool("Whether the snapshot passed verification: etcd's SHA-256 of the data matches, and the data "
                     "is a well-formed etcd database.")
-    reason = Str("Why it was taken: Scheduled (spec.backup) or PreUpgrade (before an upgrade's first component "
-                 "changed; kept until the next upgrade).", validate=OneOf(BACKUP_REASONS))
+    reason = Str("Why it was taken: Scheduled (spec.backup, or asked for) or PreUpgrade (before an upgrade's "
+                 "first component changed; spec.backup's keep counts it with the others).",
+                 validate=OneOf(BACKUP_REASONS))
 
 
 class UpgradeStatusSchema(KubeSchema):

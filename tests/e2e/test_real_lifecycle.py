@@ -417,3 +417,13 @@ def test_a_real_tenant_whose_new_apiserver_image_cannot_be_pulled_rolls_back_by_
     life.wait_ready("held")
     assert json.loads(life.tenant("held").run("get", "--raw", "/version").stdout)["gitVersion"] == OLDER
     life.host.run("delete", "vc", "held", "-n", life.namespace, "--timeout=180s", timeout=200)
+
+
+def test_a_version_older_than_a_named_nodes_kubelet_is_refused_naming_the_node(
+        real_lab: RealNodeLab, life: Lifecycle) -> None:
+    [worker] = [n.name for n in real_lab.nodes() if not n.control_plane]
+    refused = life.host.run("create", "-f", "-", check=False, input=json.dumps(vc("skewed", life.namespace, {
+        "kubernetesVersion": OLDER, "promoteResources": {"nodes": [worker]}})))
+    assert refused.returncode != 0 and "is invalid" in refused.stderr, refused.stderr
+    assert f"{worker} ({NEWEST})" in refused.stderr and "newer than its tenant's apiserver" in refused.stderr
+    assert life.host.run("get", "vc", "skewed", "-n", life.namespace, check=False).returncode != 0  # nothing stored
