@@ -27,7 +27,8 @@ from apiserver.machinery.errors import (
 )
 from apiserver.machinery.golang import go_quote
 
-__all__ = ["FIELD", "FIELD_NAME", "PATTERN", "Offered", "Version", "kubelet_errors", "move_errors", "parse"]
+__all__ = ["FIELD", "FIELD_NAME", "PATTERN", "Offered", "Version", "kubelet_errors", "kubelet_newer", "move_errors",
+           "parse"]
 
 FIELD_NAME = "kubernetesVersion"
 FIELD = f"spec.{FIELD_NAME}"
@@ -132,11 +133,17 @@ def _or_next(offered: Offered, current: Version) -> str:
     return f" or upgrade to {nxt.minor_text}" if nxt is not None else ""
 
 
+def kubelet_newer(kubelet: str, tenant: Version | None) -> bool:
+    """Whether a kubelet of version ``kubelet`` is of a newer minor than ``tenant`` (kube's skew policy: a kubelet is
+    never newer than its apiserver; patches of one minor may differ either way). An unknown version says no."""
+    version = parse(kubelet.split("+")[0].split("-")[0])
+    return version is not None and tenant is not None and version.minor > tenant.minor
+
+
 def kubelet_errors(target: Version, kubelets: Mapping[str, str]) -> list[Cause]:
-    """A promoted node's kubelet may not be newer than its tenant's apiserver (kube's skew policy):
-    ``kubelets`` is node name to kubelet version."""
-    newer = sorted(name for name, version in kubelets.items()
-                   if (v := parse(version.split("+")[0].split("-")[0])) is not None and v > target)
+    """A promoted node's kubelet may not be newer than its tenant's apiserver: ``kubelets`` is node name to
+    kubelet version."""
+    newer = sorted(name for name, version in kubelets.items() if kubelet_newer(version, target))
     if not newer:
         return []
     listed = ", ".join(f"{name} ({kubelets[name]})" for name in newer)

@@ -376,8 +376,8 @@ class UpgradeStatusSchema(KubeSchema):
 
     fromVersion = Str("The version the control plane ran before.")
     toVersion = Str("The version it was upgraded to.")
-    state = Str("InProgress, Succeeded, or RolledBack (the control plane is back on fromVersion; the spec is not "
-                "tried again until it changes).", validate=OneOf(UPGRADE_STATES))
+    state = Str("InProgress, Succeeded, or RolledBack (the control plane is back on fromVersion; it is not tried "
+                "again until the spec changes).", validate=OneOf(UPGRADE_STATES))
     snapshot = Str("The snapshot taken before the first component changed (status.backups, reason PreUpgrade).")
     startTime = Time("When the upgrade started.")
     completionTime = Time("When it succeeded or was rolled back.")

@@ -150,19 +150,21 @@ class ControlPlaneController:
                 outcome = await runtime.upgrade(vc.raw, pki, str(upgrade.get("toVersion")), self.upgrade_timeout)
             except RuntimeFailure as e:
                 outcome = UpgradeOutcome(False, message=f"{e.reason}: {e.message}")
+        why, restored = outcome.message, None
+        if not outcome.ok and pki is not None:
+            try:
+                restored = await runtime.roll_back(vc.raw, pki, snapshot if outcome.served else None)
+            except RuntimeFailure as e:
+                why += f"; the rollback failed too ({e.reason}: {e.message})"
+                restored = False
+            if not outcome.served:
+                restored = None  # the new apiserver never served: there was nothing to put back
         seconds = (dt.datetime.now(dt.UTC) - started).total_seconds()
+        vc = VirtualCluster(await self.registry.get(vc.meta.namespace, vc.meta.name))  # what changed meanwhile
         if outcome.ok:
             await self._finish(vc, status.upgraded(vc.raw, seconds, now_rfc3339()))
-            return
-        why = outcome.message
-        restore = snapshot if outcome.served else None
-        if pki is not None:
-            try:
-                await runtime.roll_back(vc.raw, pki, restore)
-            except RuntimeFailure as e:
-                why += f"; the rollback failed too ({e.reason}: {e.message}), so the data is as the new version left it"
-                restore = None
-        await self._finish(vc, status.upgrade_failed(vc.raw, why, restore is not None, seconds, now_rfc3339()))
+        else:
+            await self._finish(vc, status.upgrade_failed(vc.raw, why, restored, seconds, now_rfc3339()))
 
     async def _pki(self, vc: VirtualCluster, runtime: ControlPlaneRuntime, secrets: SecretStore) -> TenantPki:
         """The tenant's PKI, made or renewed when it nears expiry or no longer names every address. A tenant
@@ -215,7 +217,7 @@ class ControlPlaneController:
         report = None
         try:  # nodes follow the spec (scaled to zero: every node goes back)
             if self.nodes is not None and (wants_nodes or vc.status.promoted_nodes):
-                report = await self.nodes.reconcile(vc.raw, tenant)
+                report = await self.nodes.reconcile(vc.raw, tenant, version)
             shared = await self._slice(vc, slice_, pki, tenant, state.endpoint, runtime, version)
             if (report is not None and report.ready) or (shared is not None and shared.ready):
                 await self.addons.ensure(vc, tenant, state.endpoint, pki.service_cidr)

@@ -302,8 +302,10 @@ UPGRADING = "Upgrading"
 def upgrading(obj: Obj, from_version: str, to_version: str, now: str) -> Outcome:
     """An upgrade decided: the phase says so before anything changes (the next pass acts)."""
     status = NextStatus(obj, now)
+    # written as a merge patch: what the last upgrade recorded is dropped by name, its snapshot above all
     status.set(upgrade={"fromVersion": from_version, "toVersion": to_version, "state": "InProgress",
-                        "startTime": now, "observedGeneration": status.generation})
+                        "startTime": now, "observedGeneration": status.generation, "snapshot": None,
+                        "completionTime": None, "durationSeconds": None, "message": None})
     message = (f"upgrading from {from_version} to {to_version}: a snapshot of the tenant's etcd first, then "
                f"kube-apiserver, kube-controller-manager and kube-scheduler")
     status.condition(UPGRADED, False, UPGRADING, message)
@@ -334,17 +336,20 @@ def upgraded(obj: Obj, seconds: float, now: str) -> Outcome:
     return Outcome(status.result(), ("Normal", "Upgraded", message), requeue_after=0.0)
 
 
-def upgrade_failed(obj: Obj, why: str, restored: bool, seconds: float, now: str) -> Outcome:
-    """Rolled back: the cluster runs the version it ran, from the pre-upgrade snapshot when the new apiserver
-    had served; the spec's version is not tried again until the spec changes."""
+def upgrade_failed(obj: Obj, why: str, restored: bool | None, seconds: float, now: str) -> Outcome:
+    """Rolled back: the cluster runs the version it ran, its data restored from the pre-upgrade snapshot when the
+    new apiserver had served (``restored`` None: it had not, nothing to restore; False: the runtime could not);
+    not tried again until the spec changes."""
     status = NextStatus(obj, now)
     upgrade = status.current.get("upgrade") or {}
-    back = f" and its data restored from snapshot {upgrade.get('snapshot')}" if restored else ""
+    back = {True: f" and its data restored from snapshot {upgrade.get('snapshot')}",
+            False: f"; its data is as the new version left it (snapshot {upgrade.get('snapshot')} was not restored)",
+            None: ""}[restored]
     message = (f"upgrade from {upgrade.get('fromVersion')} to {upgrade.get('toVersion')} failed after {seconds:.1f} "
-               f"s: {why}; rolled back to {upgrade.get('fromVersion')}{back}. It is not tried again until "
-               f"spec.kubernetesVersion changes")
+               f"s: {why}; rolled back to {upgrade.get('fromVersion')}{back}. It is not tried again until the "
+               f"spec changes")
     status.set(upgrade={**upgrade, "state": "RolledBack", "completionTime": now, "durationSeconds": round(seconds),
-                        "message": message})
+                        "message": message, "observedGeneration": status.generation})
     status.condition(UPGRADED, False, "UpgradeFailed", message)
     status.phase("Updating", "UpgradeFailed", message)
     return Outcome(status.result(), ("Warning", "UpgradeFailed", message), requeue_after=0.0)

@@ -23,28 +23,40 @@ TIMEOUT = 120.0  # seconds each component is given to come up at the new version
 
 
 def running_version(vc: VirtualCluster, offered: Offered) -> str:
-    """The version the control plane runs, or is to be built at: status.kubernetesVersion once it ran, else the
-    spec's (a new cluster's first build, or one made before versions were chosen: the newest)."""
+    """The version the control plane runs, or is to be built at: status.kubernetesVersion once it ran (one this
+    server no longer offers: its minor's newest patch here, a patch release replaced), else the spec's (a new
+    cluster's first build, or one made before versions were chosen: the newest)."""
     running = vc.status.raw.get("kubernetesVersion")
     if isinstance(running, str) and running:
-        return running
+        return _offered_patch(offered, running)
     return str(offered.resolve(vc.spec.raw.get(kubeversion.FIELD_NAME)) or offered.newest)
+
+
+def _offered_patch(offered: Offered, running: str) -> str:
+    """``running`` when offered, else the newest offered patch of its minor, else ``running`` still."""
+    version = kubeversion.parse(running)
+    if version is None or offered.resolve(running) is not None:
+        return running
+    return str(offered.resolve(version.minor_text) or running)
 
 
 def wanted(vc: VirtualCluster, offered: Offered) -> tuple[str, str] | None:
     """(from, to) when a running cluster's spec names another version it may move to; None when not (an unset
     version keeps what runs), or when that version was rolled back at this generation."""
     running = vc.status.raw.get("kubernetesVersion")
-    value = vc.spec.raw.get(kubeversion.FIELD_NAME)
-    target = offered.resolve(value) if value else None  # unset: it keeps what it runs
-    if not isinstance(running, str) or not running or target is None or str(target) == running:
+    if not isinstance(running, str) or not running:
         return None
-    if kubeversion.move_errors(offered, value, running):
+    value = vc.spec.raw.get(kubeversion.FIELD_NAME)
+    # unset: it keeps what it runs, or its minor's newest patch once the server no longer offers that one
+    target = offered.resolve(value) if value else kubeversion.parse(_offered_patch(offered, running))
+    if target is None or str(target) == running:
+        return None
+    if kubeversion.move_errors(offered, str(target), running):
         return None  # admission refused it; a server whose offer changed since does not act on it either
     last = vc.status.raw.get("upgrade") or {}
     if (last.get("state") == "RolledBack" and last.get("toVersion") == str(target)
             and last.get("observedGeneration") == vc.meta.generation):
-        return None
+        return None  # until the spec changes
     return running, str(target)
 
 

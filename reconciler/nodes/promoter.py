@@ -145,11 +145,13 @@ class NodePromoter:
                          f"no node is taken until it is"
     # -- the reconcile step ------------------------------------------------------------
 
-    async def reconcile(self, vc: Obj, tenant: KubeClient) -> NodeReport:
+    async def reconcile(self, vc: Obj, tenant: KubeClient, version: str | None = None) -> NodeReport:
+        """Nodes follow the spec; none with a kubelet newer than ``version`` (the tenant's, this pass) is taken."""
         owner, spec = _owner(vc), VirtualCluster(vc).spec
         nodes = await self.host_nodes()
         allowed, refusal = await self.promotable(VirtualCluster(vc).meta.namespace)
-        plan = selection.plan(spec.raw, nodes, owner, allowed, VirtualCluster(vc).status.raw.get("kubernetesVersion"))
+        plan = selection.plan(spec.raw, nodes, owner, allowed,
+                              version or VirtualCluster(vc).status.raw.get("kubernetesVersion"))
         if refusal:
             plan.shortages.append(refusal)
             plan.claim = []

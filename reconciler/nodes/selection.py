@@ -73,11 +73,10 @@ def free(node: Node) -> bool:
 
 
 def kubelet_newer(node: Node, tenant_version: str | None) -> str:
-    """The node's kubelet version when it is newer than ``tenant_version`` (kube's skew policy: a kubelet is never
-    newer than its apiserver), else ''. An unknown version on either side says nothing."""
+    """The node's kubelet version when it is of a newer minor than ``tenant_version``
+    (:func:`apiserver.apis.kubeversion.kubelet_newer`), else ''."""
     version = str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion") or "")
-    kubelet, tenant = kubeversion.parse(version.split("-")[0].split("+")[0]), kubeversion.parse(tenant_version)
-    return version if kubelet is not None and tenant is not None and kubelet > tenant else ""
+    return version if kubeversion.kubelet_newer(version, kubeversion.parse(tenant_version)) else ""
 
 
 def still_chosen(spec: Mapping[str, Any], seen: Node, now: Node) -> bool:

@@ -94,9 +94,10 @@ class ControlPlaneRuntime(Protocol):
         without a moment with none answering, each given ``timeout`` seconds to come up; idempotent (a
         component already there is left alone). Raises RuntimeFailure when it cannot start."""
 
-    async def roll_back(self, vc: Obj, pki: TenantPki, snapshot: str | None) -> None:
+    async def roll_back(self, vc: Obj, pki: TenantPki, snapshot: str | None) -> bool:
         """After a failed :meth:`upgrade`: stop what it started, and with ``snapshot`` (one of this tenant's)
-        put the etcd data back as it was then; the next :meth:`ensure` at the old version starts the rest."""
+        put the etcd data back as it was then; the next :meth:`ensure` at the old version starts the rest.
+        Whether the data was put back (False without ``snapshot``, or where this runtime cannot)."""
 
     async def rolled_out(self, vc: Obj, pki: TenantPki) -> bool:
         """Whether every component runs from ``pki`` as it is now, none from what it was before (a rotated

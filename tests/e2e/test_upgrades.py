@@ -58,12 +58,12 @@ def host(stack: Stack) -> Kubectl:
     return kubectl
 
 
-def refusing(bins: Path, component: str) -> None:
-    """The newest version's ``component`` is the real binary given a flag it refuses."""
+def refusing(bins: Path, component: str, after: int = 0) -> None:
+    """The newest version's ``component`` is the real binary given a flag it refuses (``after`` seconds late)."""
     path = bins / f"kubernetes-{NEWEST}" / component
     real = (BIN / f"kubernetes-{NEWEST}" / component).resolve()
     path.unlink()
-    path.write_text(f'#!/bin/sh\nexec {real} {REFUSED_FLAG} "$@"\n')
+    path.write_text(f'#!/bin/sh\nsleep {after}\nexec {real} {REFUSED_FLAG} "$@"\n')
     path.chmod(0o755)
 
 
@@ -208,10 +208,13 @@ def test_a_failure_after_the_new_apiserver_served_restores_the_pre_upgrade_snaps
         stack: Stack, host: Kubectl, bins: Path) -> None:
     create(host, "restored", {"kubernetesVersion": OLDER})
     kubeconfig = admin_kubeconfig(stack, "restored")
-    Kubectl(kubeconfig).run("create", "configmap", "before", "--from-literal=at=old")
-    refusing(bins, "kube-controller-manager")
+    tenant = Kubectl(kubeconfig)
+    tenant.run("create", "configmap", "before", "--from-literal=at=old")
+    refusing(bins, "kube-controller-manager", after=10)  # the new apiserver serves alone for 10 s first
     try:
         patch_version(host, "restored", NEWEST_MINOR)
+        wait_until(lambda: tenant_version(stack, "restored") == NEWEST, 120, "the new apiserver serving", interval=0.2)
+        tenant.run("create", "configmap", "during", "--from-literal=at=new")  # written by the new version
         obj = wait_upgrade(host, "restored", "RolledBack")
     finally:
         mended(bins, "kube-controller-manager")
@@ -220,7 +223,9 @@ def test_a_failure_after_the_new_apiserver_served_restores_the_pre_upgrade_snaps
     assert obj["status"]["kubernetesVersion"] == OLDER
     host.run("wait", "vc/restored", "-n", NS, "--for=condition=Ready", "--timeout=120s", timeout=130)
     assert tenant_version(stack, "restored") == OLDER
-    assert Kubectl(kubeconfig).json("get", "configmap", "before")["data"] == {"at": "old"}
+    assert tenant.json("get", "configmap", "before")["data"] == {"at": "old"}
+    # the data is the snapshot's: what the new version wrote is gone with it
+    assert tenant.run("get", "configmap", "during", check=False).returncode != 0
 
 
 def test_a_hibernated_cluster_takes_a_new_version_and_upgrades_as_it_wakes(stack: Stack, host: Kubectl) -> None:

@@ -103,3 +103,27 @@ def test_no_node_whose_kubelet_is_newer_than_the_tenant_is_newly_promoted() -> N
     named = selection.plan({"promoteResources": {"nodes": ["new"]}}, nodes, "n/a", version="v1.34.4")
     assert named.claim == [] and named.shortages == ["node new runs kubelet v1.35.4, newer than the tenant's v1.34.4"]
     assert selection.plan({"promoteResources": {"nodes": ["new"]}}, nodes, "n/a", version="v1.35.4").claim == ["new"]
+
+
+def test_a_kubelet_of_a_newer_patch_of_the_same_minor_is_within_the_skew_policy() -> None:
+    assert kubelet_errors(Version(35, 4), {"worker-1": "v1.35.9"}) == []
+    assert kubelet_errors(Version(34, 4), {"worker-1": "v1.35.0"}) != []
+
+
+def test_a_version_the_server_no_longer_offers_moves_to_its_minors_newest_patch() -> None:
+    replaced = Offered.of(["v1.35.6", "v1.34.4"])
+    assert upgrades.running_version(_vc(None, "v1.35.4"), replaced) == "v1.35.6"
+    assert upgrades.wanted(_vc(None, "v1.35.4"), replaced) == ("v1.35.4", "v1.35.6")
+    assert upgrades.wanted(_vc("1.35", "v1.35.4"), replaced) == ("v1.35.4", "v1.35.6")
+    assert upgrades.running_version(_vc(None, "v1.33.1"), replaced) == "v1.33.1"  # no patch of it here: said so
+
+
+def test_a_new_upgrade_forgets_the_last_ones_snapshot_and_outcome() -> None:
+    from reconciler.controlplane import status
+    last = {"state": "RolledBack", "snapshot": "a-1-preupgrade", "message": "failed", "durationSeconds": 3,
+            "completionTime": "t", "toVersion": "v1.35.4", "observedGeneration": 2}
+    outcome = status.upgrading(_vc("1.35", "v1.34.4", 3, last).raw, "v1.34.4", "v1.35.4", "2026-11-29T00:00:00Z")
+    upgrade = outcome.status["upgrade"]
+    assert {k: upgrade[k] for k in ("snapshot", "message", "durationSeconds", "completionTime")} == dict.fromkeys(
+        ("snapshot", "message", "durationSeconds", "completionTime"))  # null: the merge patch removes them
+    assert upgrade["state"] == "InProgress" and upgrade["observedGeneration"] == 3

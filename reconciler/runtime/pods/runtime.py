@@ -49,7 +49,7 @@ from certs.tenant import TenantPki
 from reconciler.backup.snapshots import Snapshot
 from reconciler.runtime import audit
 from reconciler.runtime.authz import TenantAuthorizationWebhook
-from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, Obj, RuntimeFailure, UpgradeOutcome
+from reconciler.runtime.base import FIELD_MANAGER, ControlPlaneState, Obj, UpgradeOutcome
 from reconciler.runtime.passmemo import PassMemo
 from reconciler.runtime.pods import supervisor
 from reconciler.runtime.pods.apply import apply_all
@@ -164,14 +164,13 @@ class PodsRuntime:
                 await asyncio.sleep(1.0)
         return UpgradeOutcome(True, served=True)
 
-    async def roll_back(self, vc: Obj, pki: TenantPki, snapshot: str | None) -> None:
+    async def roll_back(self, vc: Obj, pki: TenantPki, snapshot: str | None) -> bool:
         """The Deployments back at the version the cluster ran (status.kubernetesVersion): a rollout like any.
-        The etcd data of a tenant in pods is restored only into a new cluster (spec.restoreFrom), not in place."""
+        The etcd data of a tenant in pods is restored only into a new cluster (spec.restoreFrom), never in place:
+        False."""
         running = str((vc.get("status") or {}).get("kubernetesVersion") or self.kubernetes_version)
         await self._ensure(vc, pki, self.objects_at(running))
-        if snapshot is not None:
-            raise RuntimeFailure("RestoreInPlaceUnsupported", f"the pods runtime restores a snapshot into a new "
-                                                              f"VirtualCluster only (spec.restoreFrom: {snapshot})")
+        return False
 
     async def _version(self, vc: Obj, pki: TenantPki, endpoint: str) -> str:
         meta = vc["metadata"]

@@ -29,7 +29,7 @@ READ_AT_START = {"kube-apiserver": ("sa.key", "sa.pub"), "kube-controller-manage
 
 
 # An apiserver that leaves for another version shares its port with the one replacing it until that one answers
-# (SO_REUSEPORT): clients keep being served, never refused.
+# (SO_REUSEPORT): a connection always finds an apiserver, the new one answering 503 with Retry-After until ready.
 PORT_SHARING = ["--permit-port-sharing=true"]
 
 

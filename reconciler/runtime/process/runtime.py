@@ -47,6 +47,7 @@ from reconciler.versions import KUBERNETES_VERSION
 
 __all__ = ["ProcessRuntime"]
 
+ASIDE = "etcd.before-rollback"  # the data a rollback's restore replaces, for the moment of the swap
 REWRITE_AFTER = 60.0  # seconds a tenant's files, written unchanged, are trusted before a full pass again
 AUDIT_TAIL = 64 * 1024  # bytes read from the end of the audit log to find its last event
 
@@ -123,6 +124,8 @@ class ProcessRuntime:
         self._write_files_unless_written(namespace, name, pki, ports, host, endpoint)
         command_lines = commands(self.bin_dir, base, ports, host, self.tuning, pki.service_cidr,
                                  version or KUBERNETES_VERSION)
+        if not (base / "etcd").exists() and (base / ASIDE).exists():  # a rollback cut short between its renames
+            (base / ASIDE).rename(base / "etcd")
         self._versions[(namespace, name)] = version or KUBERNETES_VERSION
         await self._restart_stale(base, pki, command_lines)
         problems: list[str] = []
@@ -159,27 +162,26 @@ class ProcessRuntime:
             await self.clients.forget(namespace, name)  # its connection was to the apiserver that left
         return outcome
 
-    async def roll_back(self, vc: Obj, pki: TenantPki, snapshot: str | None) -> None:
+    async def roll_back(self, vc: Obj, pki: TenantPki, snapshot: str | None) -> bool:
+        """The etcd data is restored beside the data it replaces, then swapped in by renames: a server that dies
+        meanwhile leaves one or the other in place (``ensure`` puts the one set aside back), never none."""
         namespace, name = _tenant(vc)
         base = self.dir(namespace, name)
         await self.supervisor.restart(base, upgrade.NEXT)  # an apiserver that never answered
         if snapshot is None:
-            return
+            return False
         await self._forget(namespace, name)
         await self.supervisor.stop(base)  # everything, etcd last, so that its data can be put back
-        data = base / "etcd"
-        aside = base / "etcd.before-rollback"
+        restored, data, aside = base / "etcd.restored", base / "etcd", base / ASIDE
+        shutil.rmtree(restored, ignore_errors=True)
+        await self.backups.restore((namespace, name), restored, name, snapshot, f"pre-upgrade snapshot {snapshot}",
+                                   lambda: self._claim(vc, self.endpoint_host(vc)))
         shutil.rmtree(aside, ignore_errors=True)
         if data.exists():
             data.rename(aside)
-        try:
-            await self.backups.restore((namespace, name), data, name, snapshot, f"pre-upgrade snapshot {snapshot}",
-                                       lambda: self._claim(vc, self.endpoint_host(vc)))
-        except RuntimeFailure:
-            shutil.rmtree(data, ignore_errors=True)
-            aside.rename(data)  # what was there, rather than nothing
-            raise
+        restored.rename(data)
         shutil.rmtree(aside, ignore_errors=True)
+        return True
 
     async def readyz(self, namespace: str, name: str, endpoint: str, tenant: TenantPki) -> bool:
         """Whether the tenant apiserver answers ``/readyz`` with 200, over the connection kept for it."""
