@@ -41,9 +41,10 @@ async def roll(supervisor: Supervisor, base: Path, target: dict[str, list[str]],
         if not outcome.ok:
             return outcome
     for component, port in HEALTH_PORTS.items():
-        running = _runs(supervisor, base, component)
-        if running is None or running == target[component]:
-            continue  # not started yet (a scheduler waits for work): it starts at the new version
+        if not supervisor.pid(base, component):
+            continue  # never started (a scheduler waits for work): it starts at the new version
+        if _runs(supervisor, base, component) == target[component]:
+            continue  # one that crashed is started again here, at the new version, and must come up
         await supervisor.restart(base, component)
         pid = supervisor.spawn(base, component, target[component])
         if not await healthy(supervisor, base, pid, ports[port], timeout):
