@@ -130,7 +130,7 @@ class ScriptedRuntime:
     def endpoint_host(self, vc: dict[str, Any]) -> str:
         return "127.0.0.1"
 
-    async def ensure(self, vc: dict[str, Any], pki: TenantPki) -> ControlPlaneState:
+    async def ensure(self, vc: dict[str, Any], pki: TenantPki, version: str = "") -> ControlPlaneState:
         if isinstance(self.answer, RuntimeFailure):
             raise self.answer
         return self.answer
