@@ -14,7 +14,9 @@ from hack.conformance import SMOKE, Run, create_tenant, delete_tenant, focus_of,
 from hack.realnodes import RealNodeLab
 from hack.stack import Stack
 
-pytestmark = pytest.mark.e2e
+# The first test of the run to use the real-node lab pays for starting it, and on a machine with nothing cached
+# for building its images and the suite's: 250 s of setup in a cold CI run, before the suite's own minute.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 SPECS = {"dedicated": {"promoteResources": {"nodes": ["real-worker-1"]}},
          "slice": {"promoteResources": {"resources": {"cpu": "2", "memory": "4Gi"}}}}
