@@ -32,6 +32,7 @@ from certs import tenant as tenantpki
 from hack.harness import BIN, ApiServer, Etcd, Pki, free_port
 from reconciler.runtime.process import COMPONENTS, ProcessRuntime
 from reconciler.runtime.process.commands import commands, write_files
+from reconciler.versions import KUBERNETES_VERSION
 
 from .stats import Ratio, percentile
 
@@ -89,10 +90,10 @@ class Ours:
     api: ApiServer
     session: aiohttp.ClientSession
 
-    async def create_until_ready(self, name: str) -> float:
+    async def create_until_ready(self, name: str, spec: dict[str, Any] | None = None) -> float:
         started = time.perf_counter()
         base = "/apis/kosmos.io/v1alpha1/namespaces/bench/virtualclusters"
-        async with self.session.post(base, json=vc(name)) as r:
+        async with self.session.post(base, json={**vc(name), "spec": spec or {}}) as r:
             assert r.status == 201, await r.text()
         while True:
             async with self.session.get(f"{base}/{name}") as r:
@@ -122,11 +123,12 @@ def floor_claim(runtime: ProcessRuntime, name: str) -> tuple[Path, dict[str, int
     return base, ports
 
 
-async def floor_start(runtime: ProcessRuntime, pki: tenantpki.TenantPki, base: Path, ports: dict[str, int]) -> float:
-    """Start the components of a claimed floor directly; seconds until ready."""
+async def floor_start(runtime: ProcessRuntime, pki: tenantpki.TenantPki, base: Path, ports: dict[str, int],
+                      version: str = KUBERNETES_VERSION) -> float:
+    """Start the components of a claimed floor directly, at Kubernetes ``version``; seconds until ready."""
     endpoint = f"https://127.0.0.1:{ports['apiserver']}"
     write_files(base, pki, endpoint)
-    command_lines = commands(runtime.bin_dir, base, ports, "127.0.0.1", runtime.tuning, pki.service_cidr)
+    command_lines = commands(runtime.bin_dir, base, ports, "127.0.0.1", runtime.tuning, pki.service_cidr, version)
     started = time.perf_counter()
     # The minimal correct order (the controller-manager exits if started before the apiserver has
     # bootstrapped RBAC): etcd + apiserver, then the controller-manager as soon as /readyz answers.

@@ -25,11 +25,20 @@ from certs import tenant as tenantpki
 from hack.harness import BIN
 from hack.steadyload import Load, LoadResult
 from reconciler.runtime.process import ProcessRuntime
-from reconciler.runtime.process.commands import commands, write_files
+from reconciler.runtime.process.commands import commands
 from reconciler.runtime.process.upgrade import HEALTH_PORTS, answers_ready_as, healthy
 from reconciler.versions import KUBERNETES_VERSIONS
 
-from .controlplane import FLOOR_PORTS, FLOORS, POLL, Ours, admin_session, floor_claim, start_standalone
+from .controlplane import (
+    FLOOR_PORTS,
+    FLOORS,
+    POLL,
+    Ours,
+    admin_session,
+    floor_claim,
+    floor_start,
+    start_standalone,
+)
 from .stats import Ratio
 
 NEWEST, OLDER = KUBERNETES_VERSIONS[0], KUBERNETES_VERSIONS[1]
@@ -39,16 +48,8 @@ SETTLE = 2.0  # seconds of load before and after an upgrade
 
 async def _ours(ours: Ours, workdir: Path, name: str) -> tuple[float, LoadResult]:
     session = ours.session
-    async with session.post(BASE, json={"apiVersion": "kosmos.io/v1alpha1", "kind": "VirtualCluster",
-                                        "metadata": {"name": name, "namespace": "bench"},
-                                        "spec": {"kubernetesVersion": OLDER}}) as r:
-        assert r.status == 201, await r.text()
-    while True:  # polled as every family here polls
-        if await _ready(session, name):
-            break
-        await asyncio.sleep(POLL)
-    kubeconfig = workdir / "tenants" / "bench" / name / "admin.kubeconfig"
-    load = Load.of_kubeconfig(kubeconfig)
+    await ours.create_until_ready(name, {"kubernetesVersion": OLDER})
+    load = Load.of_kubeconfig(workdir / "tenants" / "bench" / name / "admin.kubeconfig")
     await load.make_target()
     await load.start()
     await asyncio.sleep(SETTLE)
@@ -71,23 +72,12 @@ async def _ours(ours: Ours, workdir: Path, name: str) -> tuple[float, LoadResult
     return took, result
 
 
-async def _ready(session: Any, name: str) -> bool:
-    async with session.get(f"{BASE}/{name}") as r:
-        status = (await r.json()).get("status") or {}
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
 async def _floor(runtime: ProcessRuntime, pki: tenantpki.TenantPki, name: str) -> tuple[float, LoadResult]:
     base, ports = floor_claim(runtime, name)
     endpoint = f"https://127.0.0.1:{ports['apiserver']}"
     try:
-        write_files(base, pki, endpoint)
-        old, new = (commands(runtime.bin_dir, base, ports, "127.0.0.1", runtime.tuning, pki.service_cidr, v)
-                    for v in (OLDER, NEWEST))
-        for component in ("etcd", "kube-apiserver"):
-            runtime.spawn(base, component, old[component])
-        await _answers(runtime, pki, base.name, endpoint, OLDER)
-        runtime.spawn(base, "kube-controller-manager", old["kube-controller-manager"])
+        await floor_start(runtime, pki, base, ports, OLDER)
+        new = commands(runtime.bin_dir, base, ports, "127.0.0.1", runtime.tuning, pki.service_cidr, NEWEST)
         load = Load.of_kubeconfig(base / "admin.kubeconfig")
         await load.make_target()
         await load.start()
@@ -95,7 +85,11 @@ async def _floor(runtime: ProcessRuntime, pki: tenantpki.TenantPki, name: str) -
         started = time.perf_counter()
         await runtime.supervisor.restart(base, "kube-apiserver")
         runtime.spawn(base, "kube-apiserver", new["kube-apiserver"])
-        await _answers(runtime, pki, base.name, endpoint, NEWEST)
+        deadline = time.perf_counter() + 120
+        while not await answers_ready_as(endpoint, pki, NEWEST):
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"floor {name}: kube-apiserver {NEWEST} not ready within 120 s")
+            await asyncio.sleep(POLL)
         await runtime.supervisor.restart(base, "kube-controller-manager")
         pid = runtime.spawn(base, "kube-controller-manager", new["kube-controller-manager"])
         if not await healthy(runtime.supervisor, base, pid, ports[HEALTH_PORTS["kube-controller-manager"]], 60):
@@ -105,14 +99,6 @@ async def _floor(runtime: ProcessRuntime, pki: tenantpki.TenantPki, name: str) -
         return took, await load.stop()
     finally:
         await runtime.teardown(FLOORS, name)
-
-
-async def _answers(runtime: ProcessRuntime, pki: tenantpki.TenantPki, name: str, endpoint: str, version: str) -> None:
-    deadline = time.perf_counter() + 120
-    while not await answers_ready_as(endpoint, pki, version):
-        if time.perf_counter() > deadline:
-            raise RuntimeError(f"floor {name}: kube-apiserver {version} not ready within 120 s")
-        await asyncio.sleep(POLL)
 
 
 async def run(workdir: Path, rounds: int = 3) -> dict[str, Any]:

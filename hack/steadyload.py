@@ -11,18 +11,16 @@ failed for the client.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import ssl
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
+
+from apiserver.kubeclient.kubeconfig import load_kubeconfig
 
 __all__ = ["Load", "LoadResult"]
 
@@ -86,17 +84,9 @@ class Load:
 
     @classmethod
     def of_kubeconfig(cls, path: Path, **kwargs: Any) -> Load:
-        """With the cluster and client certificate of a kubeconfig that carries them inline."""
-        config = json.loads(path.read_text()) if path.read_text().lstrip().startswith("{") else \
-            yaml.safe_load(path.read_text())
-        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
-        context = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-        with tempfile.TemporaryDirectory() as d:
-            cert, key = Path(d) / "tls.crt", Path(d) / "tls.key"
-            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
-            key.write_bytes(base64.b64decode(user["client-key-data"]))
-            context.load_cert_chain(cert, key)
-        return cls(cluster["server"], context, **kwargs)
+        """With the cluster and the client certificate of a kubeconfig's current context."""
+        access = load_kubeconfig(path)
+        return cls(access.server, access.ssl, **kwargs)
 
     def _session(self) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.context, limit=1))
